@@ -1,0 +1,163 @@
+"""Developer tools for gcu-stack: a real local Kubernetes control plane with
+kwok-simulated nodes (:mod:`devtools.localcluster`) and a private real dockerd
+(:mod:`devtools.dockerd`).
+
+Both use binaries prepared by ``scripts/toolchain/kube.sh`` (cached under
+``~/.cache/gcu-stack/<tool>-<version>/``) and only the Python standard library.
+This package also holds the small process helpers both modules share.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+CACHE_DIR = Path(os.environ.get("GCU_CACHE_DIR") or Path.home() / ".cache" / "gcu-stack")
+TOOLCHAIN_HINT = "run scripts/toolchain/kube.sh (it installs/builds the local toolchain)"
+
+
+class ToolchainMissing(RuntimeError):
+    """A binary needed by devtools is missing; run scripts/toolchain/kube.sh."""
+
+
+class ComponentFailed(RuntimeError):
+    """A server process did not come up (message carries its log tail)."""
+
+
+# --------------------------------------------------------------------------- processes
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except Exception:  # pragma: no cover - best effort
+        pass
+
+
+def spawn(argv: Sequence[str], log_path: Path, *, detach: bool, env: Optional[dict] = None,
+          cwd: Optional[Path] = None) -> subprocess.Popen:
+    """Start a server process in its own session, stdout+stderr appended to log_path.
+
+    detach=False: the process gets SIGKILL when the spawning thread dies (PDEATHSIG),
+    so a crashed test run leaves no strays. detach=True: it outlives this process.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "ab", buffering=0)
+    log.write(f"\n==== {time.strftime('%H:%M:%S')} exec: {' '.join(map(str, argv))}\n".encode())
+    try:
+        return subprocess.Popen(
+            [str(a) for a in argv],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env=env, cwd=cwd, start_new_session=True, close_fds=True,
+            preexec_fn=None if detach else _die_with_parent,
+        )
+    finally:
+        log.close()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie counts as dead
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def pid_cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def pid_matches(pid: int, exe: str) -> bool:
+    """True if pid is alive and runs exe (guards against recycled pids)."""
+    cmd = pid_cmdline(pid)
+    return bool(cmd) and pid_alive(pid) and (cmd[0] == exe or os.path.basename(cmd[0]) == os.path.basename(exe))
+
+
+def kill_pid(pid: int, *, exe: Optional[str] = None, timeout: float = 10.0,
+             proc: Optional[subprocess.Popen] = None) -> None:
+    """SIGTERM pid (and its process group if it leads one), SIGKILL after timeout."""
+    if exe is not None and not pid_matches(pid, exe):
+        return
+    if not pid_alive(pid):
+        if proc is not None:
+            proc.poll()
+        return
+
+    def _signal(sig: int) -> None:
+        try:
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    _signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None:
+            if proc.poll() is not None:
+                break
+        elif not pid_alive(pid):
+            break
+        time.sleep(0.05)
+    else:
+        _signal(signal.SIGKILL)
+        if proc is not None:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                pass
+        else:
+            end = time.monotonic() + 5
+            while pid_alive(pid) and time.monotonic() < end:
+                time.sleep(0.05)
+    # leftover members of the process group (none expected)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read().decode(errors="replace")
+    except OSError as e:
+        return f"<no log: {e}>"
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+__all__ = [
+    "CACHE_DIR", "TOOLCHAIN_HINT", "ToolchainMissing", "ComponentFailed",
+    "spawn", "pid_alive", "pid_matches", "kill_pid", "log_tail", "free_port",
+]

@@ -1,0 +1,166 @@
+"""Running the real program under Pulumi mocks and recording what it sends to the engine.
+
+The recording monitor sees every RegisterResource request, including the
+dependencies the engine would use for ordering, which `Mocks` alone does not.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pulumi
+from pulumi.runtime import mocks as runtime_mocks
+from pulumi.runtime import settings as runtime_settings
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+SEED_BLUEPRINT = PROJECT_DIR.parent / "shared" / "seeds" / "gcu-resource.json"
+
+
+@dataclass
+class Registration:
+    urn: str
+    type: str
+    name: str
+    parent: str
+    custom: bool
+    dependencies: list[str]
+    provider: str
+    providers: dict[str, str]
+    inputs: dict
+    outputs: dict = field(default_factory=dict)
+
+    @property
+    def manifest(self) -> dict:
+        """The Kubernetes object as the provider would receive it."""
+        body = {k: v for k, v in self.inputs.items() if k not in ("apiVersion", "kind")}
+        return {"apiVersion": self.inputs.get("apiVersion"), "kind": self.inputs.get("kind"), **body}
+
+    @property
+    def k8s_name(self) -> Optional[str]:
+        return (self.inputs.get("metadata") or {}).get("name")
+
+
+class ClusterMocks(pulumi.runtime.Mocks):
+    """A cluster whose workloads become ready; `node_count` GCU nodes run each DaemonSet."""
+
+    def __init__(self, node_count: int = 3, ready: bool = True, dynamic: Optional[Callable[[Any], dict]] = None):
+        self.node_count = node_count
+        self.ready = ready
+        self.dynamic = dynamic
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        state = dict(args.inputs)
+        kind = state.get("kind")
+        if kind == "DaemonSet":
+            done = self.node_count if self.ready else 0
+            state["status"] = {
+                "desiredNumberScheduled": self.node_count,
+                "currentNumberScheduled": self.node_count,
+                "numberReady": done,
+                "updatedNumberScheduled": done,
+                "numberAvailable": done,
+                "numberMisscheduled": 0,
+            }
+        elif kind == "Deployment":
+            replicas = (state.get("spec") or {}).get("replicas", 1)
+            done = replicas if self.ready else 0
+            state["status"] = {"replicas": replicas, "readyReplicas": done, "updatedReplicas": done}
+        if args.typ.startswith("pulumi-python:dynamic") and self.dynamic is not None:
+            state.update(self.dynamic(args))
+        if isinstance(state.get("metadata"), dict):
+            state["metadata"] = {**state["metadata"], "creationTimestamp": "2026-11-20T00:00:00Z"}
+        return f"{args.name}-id", state
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        return {}
+
+
+class RecordingMonitor(runtime_mocks.MockMonitor):
+    def __init__(self, mocks: ClusterMocks):
+        super().__init__(mocks)
+        self.registrations: list[Registration] = []
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        registration = self.resources.get(response.urn)
+        self.registrations.append(
+            Registration(
+                urn=response.urn,
+                type=request.type,
+                name=request.name,
+                parent=request.parent,
+                custom=bool(request.custom),
+                dependencies=list(request.dependencies),
+                provider=request.provider,
+                providers=dict(request.providers),
+                inputs=pulumi.runtime.rpc.deserialize_properties(request.object) if request.object else {},
+                outputs=dict(registration.state) if registration is not None and registration.state else {},
+            )
+        )
+        return response
+
+
+@dataclass
+class Run:
+    registrations: list[Registration]
+    outputs: dict[str, Any]
+
+    def of_type(self, type_: str) -> list[Registration]:
+        return [r for r in self.registrations if r.type == type_]
+
+    def k8s(self) -> list[Registration]:
+        return [r for r in self.registrations if r.type.startswith("kubernetes:") and r.custom and "providers" not in r.type]
+
+    def one(self, kind: str, name: str) -> Registration:
+        found = [r for r in self.k8s() if r.inputs.get("kind") == kind and r.k8s_name == name]
+        assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}: {[r.urn for r in self.k8s()]}"
+        return found[0]
+
+    def by_urn(self, urn: str) -> Registration:
+        return next(r for r in self.registrations if r.urn == urn)
+
+    def component(self, key: str) -> Registration:
+        return next(r for r in self.registrations if r.type.startswith("gcu:components:") and r.name == key)
+
+    def children(self, parent_urn: str) -> list[Registration]:
+        return [r for r in self.registrations if r.parent == parent_urn]
+
+
+def _config_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def run_program(
+    config: dict[str, Any],
+    *,
+    preview: bool = False,
+    mocks: Optional[ClusterMocks] = None,
+    secret_keys: tuple[str, ...] = (),
+    project_dir: Path = PROJECT_DIR,
+) -> Run:
+    """Run components.program.main() under fresh mocks with `gcu-stack:<key>` config."""
+    from components.program import main
+
+    runtime_settings.ROOT.set(None)
+    runtime_settings.SETTINGS.rpc_manager.clear()
+    runtime_settings.SETTINGS.outputs.clear()
+    pulumi.runtime.set_all_config(
+        {f"gcu-stack:{k}": _config_text(v) for k, v in config.items()},
+        [f"gcu-stack:{k}" for k in secret_keys],
+    )
+    monitor = RecordingMonitor(mocks or ClusterMocks())
+    pulumi.runtime.set_mocks(monitor.mocks, project="gcu-stack", stack="test", preview=preview, monitor=monitor)
+    captured: dict[str, Any] = {}
+
+    def program() -> None:
+        main(project_dir)
+        root = runtime_settings.get_root_resource()
+        captured.update(_sync_await(pulumi.Output.from_input(root.outputs).future()) or {})
+
+    _sync_await(run_pulumi_func(program))
+    return Run(monitor.registrations, captured)
