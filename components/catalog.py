@@ -20,6 +20,8 @@ DEFAULT_REPOSITORY = "artifact.enflame.cn/enflame_docker_images/enflame"
 DEFAULT_VERSION = "latest"
 DEFAULT_PULL_POLICY = "IfNotPresent"
 DEFAULT_NAMESPACE = "kube-system"
+# Links of the chain that are not spec components: the GCU-node labels (after NFD).
+GCU_NODES = "gcuNodes"
 EXPORTER_NODE_PORT = 30940
 KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 
@@ -154,7 +156,7 @@ DRIVER = ComponentDef(
     type_name="Driver",
     default_name="enflame-gcu-driver",
     default_image="gcu-driver",
-    after=("nfd",),
+    after=(GCU_NODES,),
     host_pid=True,  # the installer loads kernel modules in the host's namespaces
     containers=(
         ContainerDef(
@@ -188,12 +190,14 @@ TOOLKIT = ComponentDef(
             mounts=(
                 HostMount("docker-config", "/etc/docker", "/host/etc/docker", read_only=False, type="DirectoryOrCreate"),
                 HostMount("runtime-install", "/usr/local/enflame", "/host/usr/local/enflame", read_only=False, type="DirectoryOrCreate"),
-                HostMount("docker-socket", "/run/docker.sock", "/host/run/docker.sock", read_only=False, type="Socket"),
+                # docker.sock and docker.pid, to verify and signal the host's dockerd.
+                HostMount("host-run", "/run", "/host/run", read_only=False),
                 _GCU_LOGS,
             ),
             resources=Resources("50m", "64Mi", "500m", "256Mi"),
         ),
     ),
+    extras="toolkit",
 )
 
 DEVICE_PLUGIN = ComponentDef(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import pulumi
 
@@ -11,6 +11,12 @@ from . import manifests
 from .extras import ExtraContext, extras_for
 from .k8s import declare, resource_info
 from .resolve import ResolvedComponent
+from .settings import Options
+
+# Builds a step that must follow the workload before successors may start (the toolkit's
+# docker-runtime activation): given the component and its workloads, returns that
+# resource and whether it is done.
+Activation = Callable[["GcuComponent", list], tuple[pulumi.Resource, pulumi.Output[bool]]]
 
 RUNNING = "Running"
 DEPLOYING = "Deploying"
@@ -58,17 +64,19 @@ class GcuComponent(pulumi.ComponentResource):
         component: ResolvedComponent,
         *,
         instance: str,
-        service_monitor: bool,
+        options: Options,
         after: Sequence[pulumi.Resource],
         namespace: Optional[pulumi.Resource],
         opts: pulumi.ResourceOptions,
+        activation: Optional[Activation] = None,
     ):
         definition = component.definition
         super().__init__(f"gcu:components:{definition.type_name}", definition.key, None, opts)
         self.key = definition.key
         self.namespace = component.namespace
+        self.resolved = component
         key = definition.key
-        extras = extras_for(component, ExtraContext(instance=instance, service_monitor=service_monitor))
+        extras = extras_for(component, ExtraContext(instance=instance, options=options))
         base = [namespace] if namespace is not None else []
 
         support = [Planned(f"{key}-{m['kind'].lower()}", m, base) for m in manifests.rbac_objects(component, instance)]
@@ -84,7 +92,7 @@ class GcuComponent(pulumi.ComponentResource):
             for m in extras.custom_resources
         ]
 
-        workload_manifest = manifests.workload(component, instance)
+        workload_manifest = manifests.workload(component, instance, extras.env)
         self.workloads = [
             self._declare(
                 Planned(
@@ -100,6 +108,12 @@ class GcuComponent(pulumi.ComponentResource):
 
         self.gate: list[pulumi.Resource] = list(self.workloads)
         self.status = self._status([(definition.kind, w) for w in self.workloads])
+        if activation is not None:
+            step, done = activation(self, self.workloads)
+            self.gate = [step]
+            self.status = pulumi.Output.all(self.status, done).apply(
+                lambda args: args[0] if args[1] else DEPLOYING
+            )
         self.register_outputs(
             {
                 "name": component.name,

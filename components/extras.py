@@ -14,6 +14,7 @@ import yaml
 from .catalog import GCU_PRESENT_LABEL
 from .manifests import labels, metadata, selector
 from .resolve import ResolvedComponent
+from .settings import Options
 
 
 @dataclass
@@ -21,12 +22,14 @@ class Extras:
     config_files: dict[str, str] = field(default_factory=dict)
     crds: list[dict] = field(default_factory=list)
     custom_resources: list[dict] = field(default_factory=list)
+    # Environment added to every container of the workload.
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class ExtraContext:
     instance: str
-    service_monitor: bool
+    options: Options
 
 
 NFD_GROUP = "nfd.k8s-sigs.io"
@@ -87,6 +90,13 @@ def _nfd(component: ResolvedComponent, context: ExtraContext) -> Extras:
             ],
         },
     }
+    driver_key, _, driver_value = context.options.gcu_nodes.driver_label.partition("=")
+    driver_rule = {
+        # A loaded enflame kernel module marks the driver as installed (the GcuNodes check reads it).
+        "name": "enflame gcu driver loaded",
+        "labels": {driver_key: driver_value},
+        "matchFeatures": [{"feature": "kernel.loadedmodule", "matchExpressions": {"enflame": {"op": "Exists"}}}],
+    }
     # New GCU nodes get enflame.com/gcu.present from NFD itself, without another `pulumi up`.
     rule = {
         "apiVersion": f"{NFD_GROUP}/v1alpha1",
@@ -100,7 +110,8 @@ def _nfd(component: ResolvedComponent, context: ExtraContext) -> Extras:
                     "matchFeatures": [
                         {"feature": "pci.device", "matchExpressions": {"vendor": {"op": "In", "value": ["1e36"]}}}
                     ],
-                }
+                },
+                *([driver_rule] if driver_key else []),
             ]
         },
     }
@@ -112,7 +123,7 @@ def _nfd(component: ResolvedComponent, context: ExtraContext) -> Extras:
 
 
 def _exporter(component: ResolvedComponent, context: ExtraContext) -> Extras:
-    if not context.service_monitor:
+    if not context.options.exporter_service_monitor:
         return Extras()
     monitor = {
         "apiVersion": "monitoring.coreos.com/v1",
@@ -127,9 +138,25 @@ def _exporter(component: ResolvedComponent, context: ExtraContext) -> Extras:
     return Extras(custom_resources=[monitor])
 
 
+def _toolkit(component: ResolvedComponent, context: ExtraContext) -> Extras:
+    # The image's entrypoint (components/hoststate/runtime_host.py) activates the runtime on
+    # its node at start, so nodes that join later need no `pulumi up`. Paths are under /host.
+    runtime = context.options.docker_runtime
+    return Extras(
+        env={
+            "RUNTIME_ACTIVATION": runtime.mode,
+            "ENFLAME_RUNTIME_PATH": runtime.runtime_path,
+            "DAEMON_JSON": "/host" + runtime.daemon_json,
+            "DOCKER_HOST": "unix:///host" + runtime.docker_host[len("unix://"):],
+            "DOCKER_PID_FILE": "/host" + runtime.pid_file,
+        }
+    )
+
+
 BUILDERS: dict[str, Callable[[ResolvedComponent, ExtraContext], Extras]] = {
     "nfd": _nfd,
     "exporter": _exporter,
+    "toolkit": _toolkit,
 }
 
 

@@ -60,9 +60,10 @@ def _security_context(container: ContainerDef) -> dict:
     }
 
 
-def _container(component: ResolvedComponent, resolved: ResolvedContainer) -> dict:
+def _container(component: ResolvedComponent, resolved: ResolvedContainer, extra_env: dict[str, str]) -> dict:
     spec = resolved.definition
     env = [{"name": name, "value": value} for name, value in resolved.env]
+    env.extend({"name": name, "value": value} for name, value in extra_env.items())
     env.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     mounts = [
         {"name": m.name, "mountPath": m.mount_path, "readOnly": m.read_only} for m in spec.mounts
@@ -115,12 +116,12 @@ def _node_affinity(component: ResolvedComponent) -> dict:
     }
 
 
-def pod_template(component: ResolvedComponent, instance: str) -> dict:
+def pod_template(component: ResolvedComponent, instance: str, extra_env: dict[str, str]) -> dict:
     definition = component.definition
     spec: dict = {
         "priorityClassName": NODE_CRITICAL,
         "tolerations": [dict(t) for t in TOLERATIONS],
-        "containers": [_container(component, c) for c in component.containers],
+        "containers": [_container(component, c, extra_env) for c in component.containers],
     }
     if definition.gcu_nodes_only:
         spec["affinity"] = _node_affinity(component)
@@ -138,11 +139,11 @@ def pod_template(component: ResolvedComponent, instance: str) -> dict:
     return {"metadata": {"labels": labels(component, instance)}, "spec": spec}
 
 
-def workload(component: ResolvedComponent, instance: str) -> dict:
+def workload(component: ResolvedComponent, instance: str, extra_env: Optional[dict[str, str]] = None) -> dict:
     definition = component.definition
     spec = {
         "selector": {"matchLabels": selector(component)},
-        "template": pod_template(component, instance),
+        "template": pod_template(component, instance, extra_env or {}),
     }
     if definition.kind == "DaemonSet":
         spec["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}

@@ -27,7 +27,8 @@ def main(project_dir: Optional[Path] = None) -> GcuStack:
         # A clean message for `pulumi preview`, before any resource is declared.
         raise pulumi.RunError(str(error)) from None
     stack = GcuStack(settings, kubernetes_provider(settings))
-    outputs = status_outputs(stack.components, [], settings.resource.metadata.generation)
+    gcu_nodes = stack.gcu_nodes.nodes if stack.gcu_nodes is not None else []
+    outputs = status_outputs(stack.components, gcu_nodes, settings.resource.metadata.generation)
     for name, value in outputs.items():
         pulumi.export(name, value)
     return stack

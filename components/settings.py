@@ -9,16 +9,69 @@ import difflib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import BlueprintError, describe
 from .spec import GcuResource
 
 NAMESPACE = "gcu-stack"
 DEFAULT_RESOURCE_NAME = "enflame-gcu-resource"
+
+
+def _absolute(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} must be an absolute path")
+    return value
+
+
+class GcuNodesOptions(BaseModel):
+    """`gcu-stack:gcuNodes`: which nodes are GCU nodes and how a pre-installed driver shows."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Explicit node names, or a label selector; neither: nodes NFD labels with PCI vendor 1e36.
+    names: list[str] = Field(default_factory=list)
+    selector: dict[str, str] = Field(default_factory=dict)
+    # key=value label that marks a node whose GCU driver is installed; "" turns the check off.
+    driver_label: str = Field("enflame.com/gcu.driver.present=true", alias="driverLabel")
+    page_size: int = Field(500, alias="pageSize", ge=1, le=5000)
+
+    @field_validator("driver_label")
+    @classmethod
+    def _key_value(cls, value: str) -> str:
+        if value and "=" not in value:
+            raise ValueError(f"{value!r}: expected key=value, e.g. enflame.com/gcu.driver.present=true")
+        return value
+
+
+class DockerRuntimeOptions(BaseModel):
+    """`gcu-stack:dockerRuntime`: making `enflame` docker's default runtime on GCU nodes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # reload: SIGHUP, running containers untouched (default); restart: gcu-operator's
+    # --restart-docker true; none: write only (--restart-docker false).
+    mode: Literal["reload", "restart", "none"] = "reload"
+    transport: Literal["pod", "local"] = "pod"
+    runtime_path: str = Field("/usr/local/enflame/bin/enflame-container-runtime", alias="runtimePath")
+    daemon_json: str = Field("/etc/docker/daemon.json", alias="daemonJson")
+    docker_host: str = Field("unix:///var/run/docker.sock", alias="dockerHost")
+    pid_file: str = Field("/var/run/docker.pid", alias="pidFile")
+    restart_command: list[str] = Field(default_factory=lambda: ["systemctl", "restart", "docker"], alias="restartCommand")
+    timeout_seconds: int = Field(300, alias="timeoutSeconds", ge=10)
+    verify_seconds: float = Field(20.0, alias="verifySeconds", gt=0)
+
+    _paths = field_validator("runtime_path", "daemon_json", "pid_file")(_absolute)
+
+    @field_validator("docker_host")
+    @classmethod
+    def _unix_socket(cls, value: str) -> str:
+        if not value.startswith("unix:///"):
+            raise ValueError(f"{value!r}: only unix:///path sockets are supported")
+        return value
 
 
 class Options(BaseModel):
@@ -33,6 +86,8 @@ class Options(BaseModel):
     kubeconfig: Optional[str] = None
     kube_context: Optional[str] = Field(None, alias="kubeContext")
     exporter_service_monitor: bool = Field(False, alias="exporterServiceMonitor")
+    gcu_nodes: GcuNodesOptions = Field(default_factory=GcuNodesOptions, alias="gcuNodes")
+    docker_runtime: DockerRuntimeOptions = Field(default_factory=DockerRuntimeOptions, alias="dockerRuntime")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The whole GcuResource: namespaces, then every deployed component in chain order."""
+"""The whole GcuResource: namespaces, GCU-node labels, then every deployed component in chain order."""
 
 from __future__ import annotations
 
@@ -9,15 +9,16 @@ import pulumi
 from . import catalog, manifests
 from .chain import nearest_deployed
 from .component import GcuComponent
+from .hoststate.provider import DockerRuntime, GcuNodes
 from .k8s import declare
 from .resolve import ResolvedComponent, resolve
-from .settings import StackSettings
+from .settings import Options, StackSettings
 from .spec import BaseFields, GcuResourceSpec, deployed
 
 # Namespaces every cluster already has: never created, never deleted by the stack.
 SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 COMPONENTS: tuple[catalog.ComponentDef, ...] = catalog.CORE
-AFTER = {d.key: d.after for d in COMPONENTS}
+AFTER = {catalog.GCU_NODES: ("nfd",), **{d.key: d.after for d in COMPONENTS}}
 
 
 def component_spec(spec: GcuResourceSpec, key: str) -> Optional[BaseFields]:
@@ -40,31 +41,107 @@ def needs_host_access(component: ResolvedComponent) -> bool:
     return definition.host_pid or any(c.definition.privileged or c.definition.mounts for c in component.containers)
 
 
+def cluster_access(options: Options) -> dict:
+    # A kubeconfig given inline is a credential: keep it out of state in plain text.
+    kubeconfig = options.kubeconfig
+    if kubeconfig and "\n" in kubeconfig:
+        kubeconfig = pulumi.Output.secret(kubeconfig)
+    return {"kubeconfig": kubeconfig, "context": options.kube_context}
+
+
+def docker_runtime_activation(options: Options, gcu_nodes: GcuNodes):
+    """The toolkit's activation step: docker's default runtime on every GCU node."""
+    runtime = options.docker_runtime
+
+    def activate(toolkit: GcuComponent, workloads: list) -> tuple[pulumi.Resource, pulumi.Output[bool]]:
+        if runtime.mode == "none":
+            pulumi.log.warn(
+                "gcu-stack:dockerRuntime.mode is none: daemon.json is written but docker uses the "
+                "enflame runtime only after its next restart; the device plugin may not work until then"
+            )
+        (container,) = toolkit.resolved.containers
+        resource = DockerRuntime(
+            "docker-runtime",
+            {
+                "nodes": gcu_nodes.nodes,
+                "transport": runtime.transport,
+                "mode": runtime.mode,
+                "runtimePath": runtime.runtime_path,
+                "daemonJson": runtime.daemon_json,
+                "dockerHost": runtime.docker_host,
+                "pidFile": runtime.pid_file,
+                "restartCommand": list(runtime.restart_command),
+                "podImage": container.image,
+                "podNamespace": toolkit.namespace,
+                "timeoutSeconds": runtime.timeout_seconds,
+                "verifySeconds": runtime.verify_seconds,
+                **cluster_access(options),
+            },
+            pulumi.ResourceOptions(parent=toolkit, depends_on=workloads),
+        )
+        done = resource.active.apply(lambda active: bool(active) or runtime.mode == "none")
+        return resource, done
+
+    return activate
+
+
 class GcuStack(pulumi.ComponentResource):
     """gcu:stack:GcuResource — the stack's counterpart of one GcuResource object."""
 
     def __init__(self, settings: StackSettings, provider: pulumi.ProviderResource):
         resource = settings.resource
+        options = settings.options
         instance = resource.metadata.name
         super().__init__("gcu:stack:GcuResource", instance, None, pulumi.ResourceOptions(providers=[provider]))
 
         resolved = deployed_components(resource.spec)
         namespaces = self._namespaces(resolved, instance)
         present = {c.definition.key for c in resolved}
-        built: dict[str, GcuComponent] = {}
+        gates: dict[str, list[pulumi.Resource]] = {}
+        built: list[GcuComponent] = []
+        self.gcu_nodes: Optional[GcuNodes] = None
+        if resolved:
+            present.add(catalog.GCU_NODES)
+
+        def waits_for(key: str) -> list[pulumi.Resource]:
+            return [r for p in nearest_deployed(key, AFTER, present) for r in gates[p]]
+
         for component in resolved:
             key = component.definition.key
-            after = [r for p in nearest_deployed(key, AFTER, present) for r in built[p].gate]
-            built[key] = GcuComponent(
+            if key != "nfd" and self.gcu_nodes is None:
+                self.gcu_nodes = self._gcu_nodes(options, present, waits_for(catalog.GCU_NODES))
+                gates[catalog.GCU_NODES] = [self.gcu_nodes]
+            activation = docker_runtime_activation(options, self.gcu_nodes) if key == "toolkit" else None
+            instance_component = GcuComponent(
                 component,
                 instance=instance,
-                service_monitor=settings.options.exporter_service_monitor,
-                after=after,
+                options=options,
+                after=waits_for(key),
                 namespace=namespaces.get(component.namespace),
                 opts=pulumi.ResourceOptions(parent=self, providers=[provider]),
+                activation=activation,
             )
-        self.components = list(built.values())
-        self.register_outputs({"components": [c.key for c in self.components]})
+            gates[key] = instance_component.gate
+            built.append(instance_component)
+        if resolved and self.gcu_nodes is None:  # only NFD is deployed
+            self.gcu_nodes = self._gcu_nodes(options, present, waits_for(catalog.GCU_NODES))
+        self.components = built
+        self.register_outputs({"components": [c.key for c in built]})
+
+    def _gcu_nodes(self, options: Options, present: set[str], after: list[pulumi.Resource]) -> GcuNodes:
+        selection = options.gcu_nodes
+        return GcuNodes(
+            "gcu-nodes",
+            components=sorted(k for k in present if k != catalog.GCU_NODES),
+            names=selection.names,
+            selector=selection.selector,
+            driver_label=selection.driver_label or None,
+            # Without the driver in the spec, every GCU node must already have one (seed FAQ).
+            require_driver="driver" not in present,
+            page_size=selection.page_size,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=after or None),
+            **cluster_access(options),
+        )
 
     def _namespaces(self, resolved: list[ResolvedComponent], instance: str) -> dict[str, pulumi.Resource]:
         wanted: dict[str, bool] = {}

@@ -51,7 +51,25 @@ class ClusterMocks(pulumi.runtime.Mocks):
     def __init__(self, node_count: int = 3, ready: bool = True, dynamic: Optional[Callable[[Any], dict]] = None):
         self.node_count = node_count
         self.ready = ready
-        self.dynamic = dynamic
+        self.dynamic = dynamic or self.default_dynamic
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"gcu-node-{i}" for i in range(1, self.node_count + 1)]
+
+    def default_dynamic(self, args) -> dict:
+        """What the bundled providers report on a healthy cluster."""
+        if args.typ.endswith(":GcuNodes"):
+            return {
+                "nodes": self.node_names,
+                "drivers": {n: True for n in self.node_names},
+                "optedOut": [],
+                "managedLabels": {},
+                "drift": [],
+            }
+        if args.typ.endswith(":DockerRuntime"):
+            return {"hosts": {}, "active": self.ready, "message": "mock", "drift": []}
+        return {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         state = dict(args.inputs)

@@ -96,7 +96,7 @@ def test_seed_status(seed_run):
     outputs = seed_run.outputs
     assert outputs["readyResource"] == "5/5"
     assert outputs["phase"] == "Running"
-    assert outputs["clusterGCUNodes"] == []
+    assert outputs["clusterGCUNodes"] == ["gcu-node-1", "gcu-node-2", "gcu-node-3"]
     assert outputs["observedGeneration"] == 1
     statuses = outputs["resourceStatuses"]
     assert [s["name"] for s in statuses] == ["nfd", "toolkit", "devicePlugin", "exporter", "gfd"]
@@ -111,7 +111,7 @@ def test_seed_status(seed_run):
 def test_own_resources_list_every_object_of_the_component(seed_run):
     for status in seed_run.outputs["resourceStatuses"]:
         component = seed_run.component(status["name"])
-        declared = {(r.inputs["kind"], r.k8s_name) for r in seed_run.children(component.urn)}
+        declared = {(r.inputs["kind"], r.k8s_name) for r in seed_run.children(component.urn) if r.type.startswith("kubernetes:")}
         listed = {(o["kind"], o["name"]) for o in status["ownResources"]}
         assert declared == listed
 

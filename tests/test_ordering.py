@@ -2,12 +2,13 @@
 
 import pytest
 
-from components.catalog import CORE
 from components.chain import nearest_deployed, stages
+from components.stack import AFTER
 from harness import SEED_BLUEPRINT, run_program
 from test_config import seed_spec
 
-AFTER = {d.key: d.after for d in CORE}
+GCU_NODES = "pulumi-python:dynamic/gcu:GcuNodes"
+DOCKER_RUNTIME = "pulumi-python:dynamic/gcu:DockerRuntime"
 
 
 def workload(run, key):
@@ -16,41 +17,74 @@ def workload(run, key):
     return found
 
 
+def label(run, registration):
+    """A chain link's name: the component owning a workload, or the bundled provider resource."""
+    if registration.type == GCU_NODES:
+        return "gcuNodes"
+    if registration.type == DOCKER_RUNTIME:
+        return "dockerRuntime"
+    if registration.inputs.get("kind") in ("DaemonSet", "Deployment"):
+        return run.by_urn(registration.parent).name
+    return None
+
+
+def depends(run, registration):
+    found = {label(run, run.by_urn(urn)) for urn in registration.dependencies}
+    return found - {None}
+
+
 def waits_for(run, key):
-    """Components whose workloads `key`'s workload depends on, by the engine's dependency list."""
-    deps = set(workload(run, key).dependencies)
-    owners = set()
-    for registration in run.k8s():
-        if registration.urn in deps and registration.inputs["kind"] in ("DaemonSet", "Deployment"):
-            owners.add(run.by_urn(registration.parent).name)
-    return owners
+    """Chain links `key`'s workload depends on, by the dependency list sent to the engine."""
+    return depends(run, workload(run, key))
 
 
-def test_seed_order_is_nfd_toolkit_device_plugin_then_exporter_and_gfd():
+def single(run, type_):
+    (found,) = run.of_type(type_)
+    return found
+
+
+def test_seed_order_nfd_nodes_toolkit_runtime_device_plugin_then_exporter_and_gfd():
     run = run_program({"blueprint": str(SEED_BLUEPRINT)})
     assert waits_for(run, "nfd") == set()
-    assert waits_for(run, "toolkit") == {"nfd"}  # the driver is not deployed: the nearest is nfd
-    assert waits_for(run, "devicePlugin") == {"toolkit"}
+    assert depends(run, single(run, GCU_NODES)) == {"nfd"}
+    assert waits_for(run, "toolkit") == {"gcuNodes"}  # the driver is not deployed
+    # After the toolkit's DaemonSet; its node list comes from GcuNodes.
+    assert depends(run, single(run, DOCKER_RUNTIME)) == {"toolkit", "gcuNodes"}
+    # The device plugin must not start before the runtime is active.
+    assert waits_for(run, "devicePlugin") == {"dockerRuntime"}
     assert waits_for(run, "exporter") == {"devicePlugin"}
     assert waits_for(run, "gfd") == {"devicePlugin"}
 
 
-def test_driver_slots_in_between_nfd_and_toolkit():
+def test_both_provider_resources_come_before_the_device_plugin_and_are_children():
+    run = run_program({"blueprint": str(SEED_BLUEPRINT)})
+    assert run.by_urn(single(run, DOCKER_RUNTIME).parent).name == "toolkit"
+    assert run.by_urn(single(run, GCU_NODES).parent).type == "gcu:stack:GcuResource"
+
+
+def test_driver_slots_in_between_gcu_nodes_and_toolkit():
     run = run_program({"spec": seed_spec(**{"driver.notDeploy": False})})
-    assert waits_for(run, "driver") == {"nfd"}
+    assert waits_for(run, "driver") == {"gcuNodes"}
     assert waits_for(run, "toolkit") == {"driver"}
 
 
-def test_skipping_the_device_plugin_makes_exporter_wait_for_toolkit():
+def test_skipping_the_device_plugin_makes_exporter_wait_for_the_runtime():
     run = run_program({"spec": seed_spec(**{"devicePlugin.notDeploy": True})})
-    assert waits_for(run, "exporter") == {"toolkit"}
-    assert waits_for(run, "gfd") == {"toolkit"}
+    assert waits_for(run, "exporter") == {"dockerRuntime"}
+    assert waits_for(run, "gfd") == {"dockerRuntime"}
 
 
-def test_nothing_deployed_before_means_no_wait():
+def test_without_toolkit_there_is_no_runtime_step():
+    run = run_program({"spec": seed_spec(**{"toolkit.notDeploy": True})})
+    assert run.of_type(DOCKER_RUNTIME) == []
+    assert waits_for(run, "devicePlugin") == {"gcuNodes"}
+
+
+def test_with_nothing_else_deployed_only_the_node_labels_come_first():
     run = run_program({"spec": {"exporter": {}, "gfd": {}}})
-    assert waits_for(run, "exporter") == set()
-    assert waits_for(run, "gfd") == set()
+    assert depends(run, single(run, GCU_NODES)) == set()
+    assert waits_for(run, "exporter") == {"gcuNodes"}
+    assert waits_for(run, "gfd") == {"gcuNodes"}
 
 
 def test_dependencies_point_at_objects_never_at_components():
@@ -79,9 +113,9 @@ def test_workload_waits_for_its_own_rbac_and_config():
 @pytest.mark.parametrize(
     "present, key, expected",
     [
-        ({"nfd", "driver", "toolkit"}, "toolkit", ["driver"]),
-        ({"nfd", "toolkit"}, "toolkit", ["nfd"]),
-        ({"toolkit", "exporter"}, "exporter", ["toolkit"]),
+        ({"nfd", "gcuNodes", "driver", "toolkit"}, "toolkit", ["driver"]),
+        ({"nfd", "gcuNodes", "toolkit"}, "toolkit", ["gcuNodes"]),
+        ({"gcuNodes", "toolkit", "exporter"}, "exporter", ["toolkit"]),
         ({"nfd", "exporter"}, "exporter", ["nfd"]),
         ({"exporter"}, "exporter", []),
     ],
@@ -91,5 +125,5 @@ def test_nearest_deployed(present, key, expected):
 
 
 def test_stages_of_the_seed_chain():
-    present = {"nfd", "toolkit", "devicePlugin", "exporter", "gfd"}
-    assert stages(AFTER, present) == [["nfd"], ["toolkit"], ["devicePlugin"], ["exporter", "gfd"]]
+    present = {"nfd", "gcuNodes", "toolkit", "devicePlugin", "exporter", "gfd"}
+    assert stages(AFTER, present) == [["nfd"], ["gcuNodes"], ["toolkit"], ["devicePlugin"], ["exporter", "gfd"]]

@@ -1,0 +1,340 @@
+"""Docker's default runtime on one host: make it `enflame`, and put it back exactly.
+
+Standard library only: the same file runs inside the dynamic provider (local
+transport), inside the short-lived activation pod (pod transport) and as the
+toolkit image's entrypoint on nodes that join later, so all three agree.
+
+    python3 runtime_host.py activate --runtime-path P [--daemon-json F] [--mode reload|restart|none]
+    python3 runtime_host.py restore  --state-json S [--daemon-json F] [--mode ...]
+
+Both print one JSON object (the host's state) as their last line of output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+RUNTIME_NAME = "enflame"
+MODES = ("reload", "restart", "none")
+BACKUP_SUFFIX = ".gcu-stack-backup"
+
+
+class DaemonJsonError(Exception):
+    """daemon.json is unusable; nothing was written."""
+
+
+class ActivationError(Exception):
+    """Docker did not take the runtime; the previous file was put back."""
+
+
+@dataclass
+class HostSettings:
+    daemon_json: str = "/etc/docker/daemon.json"
+    docker_host: str = "unix:///var/run/docker.sock"
+    pid_file: str = "/var/run/docker.pid"
+    restart_command: list[str] = field(default_factory=lambda: ["systemctl", "restart", "docker"])
+    label: str = "localhost"  # how errors name this host (the node name)
+    verify_seconds: float = 20.0
+
+
+def parse(text: Optional[bytes], settings: HostSettings) -> dict:
+    if text is None or not text.strip():
+        return {}
+    try:
+        value = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        where = f"line {error.lineno} column {error.colno}: {error.msg}" if isinstance(error, json.JSONDecodeError) else str(error)
+        raise DaemonJsonError(
+            f"node {settings.label}: {settings.daemon_json} is not valid JSON ({where}); "
+            "it was left untouched: fix or remove it, then run `pulumi up` again"
+        ) from None
+    if not isinstance(value, dict):
+        raise DaemonJsonError(
+            f"node {settings.label}: {settings.daemon_json} must hold a JSON object; it was left untouched"
+        )
+    return value
+
+
+def render(config: dict) -> bytes:
+    return (json.dumps(config, indent=2) + "\n").encode("utf-8")
+
+
+def with_runtime(config: dict, runtime_path: str) -> dict:
+    """`config` plus runtimes.enflame and default-runtime, every other key kept in place."""
+    result = dict(config)
+    runtimes = dict(result.get("runtimes") or {})
+    runtimes[RUNTIME_NAME] = {"path": runtime_path}
+    result["runtimes"] = runtimes
+    result["default-runtime"] = RUNTIME_NAME
+    return result
+
+
+def without_runtime(current: dict, original: dict) -> dict:
+    """Undo only our two keys in a file someone else has edited since: each goes back to its original value."""
+    result = dict(current)
+    runtimes = dict(result.get("runtimes") or {})
+    if RUNTIME_NAME in (original.get("runtimes") or {}):
+        runtimes[RUNTIME_NAME] = original["runtimes"][RUNTIME_NAME]
+    else:
+        runtimes.pop(RUNTIME_NAME, None)
+    if runtimes:
+        result["runtimes"] = runtimes
+    else:
+        result.pop("runtimes", None)
+    if result.get("default-runtime") == RUNTIME_NAME:
+        if "default-runtime" in original:
+            result["default-runtime"] = original["default-runtime"]
+        else:
+            result.pop("default-runtime")
+    return result
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
+
+
+class LocalHost:
+    """File, signal and Docker API operations on the machine this code runs on."""
+
+    def __init__(self, settings: HostSettings):
+        self.settings = settings
+
+    @property
+    def backup_path(self) -> str:
+        return self.settings.daemon_json + BACKUP_SUFFIX
+
+    def read(self, path: Optional[str] = None) -> Optional[bytes]:
+        try:
+            with open(path or self.settings.daemon_json, "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+
+    def write_atomic(self, content: bytes, path: Optional[str] = None) -> None:
+        target = path or self.settings.daemon_json
+        directory = os.path.dirname(target) or "."
+        os.makedirs(directory, exist_ok=True)
+        try:
+            previous = os.stat(target)
+        except FileNotFoundError:
+            previous = None
+        descriptor, temporary = tempfile.mkstemp(prefix=".daemon.json.", dir=directory)
+        try:
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(content)
+                handle.flush()
+                os.fsync(handle.fileno())
+            if previous is not None:
+                os.chmod(temporary, previous.st_mode & 0o7777)
+                os.chown(temporary, previous.st_uid, previous.st_gid)
+            else:
+                os.chmod(temporary, 0o644)
+            os.replace(temporary, target)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+            raise
+        directory_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(directory_fd)
+        finally:
+            os.close(directory_fd)
+
+    def remove(self, path: Optional[str] = None) -> None:
+        try:
+            os.unlink(path or self.settings.daemon_json)
+        except FileNotFoundError:
+            pass
+
+    def reload(self) -> None:
+        with open(self.settings.pid_file) as handle:
+            os.kill(int(handle.read().strip()), signal.SIGHUP)
+
+    def restart(self) -> None:
+        subprocess.run(self.settings.restart_command, check=True, capture_output=True, timeout=300)
+
+    def default_runtime(self) -> Optional[str]:
+        """Docker's own word (GET /info), or None while it does not answer."""
+        host = self.settings.docker_host
+        if not host.startswith("unix://"):
+            raise ValueError(f"docker host {host!r}: only unix:// sockets are supported")
+        connection = _UnixConnection(host[len("unix://"):], timeout=5)
+        try:
+            connection.request("GET", "/info")
+            response = connection.getresponse()
+            if response.status != 200:
+                return None
+            return json.loads(response.read()).get("DefaultRuntime")
+        except OSError:
+            return None
+        finally:
+            connection.close()
+
+
+def _b64(content: Optional[bytes]) -> Optional[str]:
+    return None if content is None else base64.b64encode(content).decode("ascii")
+
+
+def _unb64(text: Optional[str]) -> Optional[bytes]:
+    return None if text is None else base64.b64decode(text)
+
+
+def _signal(host: LocalHost, mode: str) -> None:
+    if mode == "reload":
+        host.reload()
+    elif mode == "restart":
+        host.restart()
+
+
+def _wait_for_runtime(host: LocalHost, wanted: str) -> Optional[str]:
+    deadline = time.monotonic() + host.settings.verify_seconds
+    seen = host.default_runtime()
+    while seen != wanted and time.monotonic() < deadline:
+        time.sleep(0.2)
+        seen = host.default_runtime()
+    return seen
+
+
+def _original(host: LocalHost) -> tuple[Optional[bytes], bool]:
+    """The file as it was before gcu-stack touched it: the backup if an earlier run left one."""
+    backup = host.read(host.backup_path)
+    if backup is not None:
+        saved = json.loads(backup)
+        return _unb64(saved["original"]), True
+    return host.read(), False
+
+
+def activate(host: LocalHost, runtime_path: str, mode: str) -> dict:
+    """Make `enflame` docker's default runtime; returns the state needed to undo it."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}")
+    current = host.read()
+    config = parse(current, host.settings)  # refuses a broken file before anything is written
+    original, had_backup = _original(host)
+    parse(original, host.settings)
+    desired = with_runtime(config, runtime_path)
+    changed = desired != config
+    written = render(desired) if changed else current
+    if changed:
+        if not had_backup:
+            host.write_atomic(json.dumps({"original": _b64(original)}).encode(), host.backup_path)
+        host.write_atomic(written)
+        try:
+            _signal(host, mode)
+        except Exception as error:  # noqa: BLE001 - rolled back and re-raised with the node named
+            _roll_back(host, current, mode, had_backup)
+            raise ActivationError(f"node {host.settings.label}: could not {mode} docker: {error}; the previous {host.settings.daemon_json} was put back") from None
+    active = None
+    if mode != "none":
+        seen = _wait_for_runtime(host, RUNTIME_NAME)
+        active = seen == RUNTIME_NAME
+        if not active and changed:
+            _roll_back(host, current, mode, had_backup)
+            raise ActivationError(
+                f"node {host.settings.label}: docker reports default runtime {seen!r}, not {RUNTIME_NAME!r}, "
+                f"after {mode}; the previous {host.settings.daemon_json} was put back"
+            )
+    return {
+        "original": _b64(original),
+        "written": _b64(written),
+        "changed": changed,
+        "active": active,
+        "message": (
+            f"{host.settings.daemon_json} written; docker uses the enflame runtime only after its next restart"
+            if mode == "none" and changed
+            else "enflame is the default runtime" if active else "unchanged"
+        ),
+    }
+
+
+def _roll_back(host: LocalHost, previous: Optional[bytes], mode: str, had_backup: bool) -> None:
+    if previous is None:
+        host.remove()
+    else:
+        host.write_atomic(previous)
+    if not had_backup:
+        host.remove(host.backup_path)
+    try:
+        _signal(host, mode)
+    except Exception:  # noqa: BLE001 - the original error is the one to report
+        pass
+
+
+def restore(host: LocalHost, state: dict, mode: str) -> dict:
+    """Put back what `activate` changed: the original bytes if the file is still ours, else only our keys."""
+    original = _unb64(state.get("original"))
+    written = _unb64(state.get("written"))
+    current = host.read()
+    if current == written:
+        target = original
+    else:
+        merged = without_runtime(parse(current, host.settings), parse(original, host.settings))
+        target = current if merged == parse(current, host.settings) else render(merged)
+    changed = target != current
+    if changed:
+        if target is None:
+            host.remove()
+        else:
+            host.write_atomic(target)
+        _signal(host, mode)
+    host.remove(host.backup_path)
+    return {"restored": changed, "exact": current == written}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=("activate", "restore"))
+    parser.add_argument("--daemon-json", default=os.environ.get("DAEMON_JSON", "/etc/docker/daemon.json"))
+    parser.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"))
+    parser.add_argument("--pid-file", default=os.environ.get("DOCKER_PID_FILE", "/var/run/docker.pid"))
+    parser.add_argument("--restart-command", default=os.environ.get("DOCKER_RESTART_COMMAND", "systemctl restart docker"))
+    parser.add_argument("--mode", choices=MODES, default=os.environ.get("RUNTIME_ACTIVATION", "reload"))
+    parser.add_argument("--runtime-path", default=os.environ.get("ENFLAME_RUNTIME_PATH"))
+    parser.add_argument("--state-json", help="restore: the state printed by activate")
+    parser.add_argument("--node", default=os.environ.get("NODE_NAME", socket.gethostname()))
+    args = parser.parse_args(argv)
+    host = LocalHost(
+        HostSettings(
+            daemon_json=args.daemon_json,
+            docker_host=args.docker_host,
+            pid_file=args.pid_file,
+            restart_command=shlex.split(args.restart_command),
+            label=args.node,
+        )
+    )
+    try:
+        if args.action == "activate":
+            if not args.runtime_path:
+                parser.error("activate needs --runtime-path (or ENFLAME_RUNTIME_PATH)")
+            result = activate(host, args.runtime_path, args.mode)
+        else:
+            result = restore(host, json.loads(args.state_json or "{}"), args.mode)
+    except (DaemonJsonError, ActivationError) as error:
+        print(json.dumps({"error": str(error)}))
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
