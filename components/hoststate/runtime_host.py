@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 RUNTIME_NAME = "enflame"
+DOCKER_DEFAULT_RUNTIME = "runc"
 MODES = ("reload", "restart", "none")
 BACKUP_SUFFIX = ".gcu-stack-backup"
 
@@ -215,6 +216,37 @@ def _wait_for_runtime(host: LocalHost, wanted: str) -> Optional[str]:
     return seen
 
 
+def _put(host: LocalHost, content: Optional[bytes]) -> None:
+    if content is None:
+        host.remove()
+    else:
+        host.write_atomic(content)
+
+
+def _apply(host: LocalHost, content: Optional[bytes], mode: str) -> None:
+    """Write `content` (None: no file) and make the running dockerd match it.
+
+    dockerd's reload keeps `default-runtime` and `runtimes` when a file omits them
+    (checked: SIGHUP after removing the keys still reports enflame). So before the
+    exact bytes go back, the same config with those defaults spelled out is loaded.
+    """
+    if mode == "reload":
+        config = parse(content, host.settings)
+        explicit = {
+            **config,
+            "default-runtime": config.get("default-runtime", DOCKER_DEFAULT_RUNTIME),
+            "runtimes": config.get("runtimes", {}),
+        }
+        if explicit != config:
+            host.write_atomic(render(explicit))
+            host.reload()
+            _wait_for_runtime(host, explicit["default-runtime"])
+            _put(host, content)
+            return
+    _put(host, content)
+    _signal(host, mode)
+
+
 def _original(host: LocalHost) -> tuple[Optional[bytes], bool]:
     """The file as it was before gcu-stack touched it: the backup if an earlier run left one."""
     backup = host.read(host.backup_path)
@@ -268,16 +300,12 @@ def activate(host: LocalHost, runtime_path: str, mode: str) -> dict:
 
 
 def _roll_back(host: LocalHost, previous: Optional[bytes], mode: str, had_backup: bool) -> None:
-    if previous is None:
-        host.remove()
-    else:
-        host.write_atomic(previous)
+    try:
+        _apply(host, previous, mode)
+    except Exception:  # noqa: BLE001 - the original error is the one to report
+        _put(host, previous)
     if not had_backup:
         host.remove(host.backup_path)
-    try:
-        _signal(host, mode)
-    except Exception:  # noqa: BLE001 - the original error is the one to report
-        pass
 
 
 def restore(host: LocalHost, state: dict, mode: str) -> dict:
@@ -292,11 +320,7 @@ def restore(host: LocalHost, state: dict, mode: str) -> dict:
         target = current if merged == parse(current, host.settings) else render(merged)
     changed = target != current
     if changed:
-        if target is None:
-            host.remove()
-        else:
-            host.write_atomic(target)
-        _signal(host, mode)
+        _apply(host, target, mode)
     host.remove(host.backup_path)
     return {"restored": changed, "exact": current == written}
 
