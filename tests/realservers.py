@@ -65,3 +65,36 @@ def stop_dockerd(state_dir: Path) -> None:
 
     subprocess.run([PYTHON, "-m", "devtools.dockerd", "down", "--state-dir", str(state_dir)], cwd=PROJECT_DIR,
                    capture_output=True, timeout=120)
+
+
+class AuditLog:
+    """Counts requests the API server logged (write verbs, Metadata level) since a mark."""
+
+    WRITES = ("create", "update", "patch", "delete")
+
+    def __init__(self, path: str):
+        self.path = Path(path)
+        self.offset = 0
+
+    def mark(self) -> None:
+        self.offset = self.path.stat().st_size if self.path.exists() else 0
+
+    def events(self, resource: str = "nodes") -> list[dict]:
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            lines = handle.read().decode(errors="replace").splitlines()
+        found = []
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if event.get("stage") == "ResponseComplete" and (event.get("objectRef") or {}).get("resource") == resource:
+                found.append(event)
+        return found
+
+    def writes(self, resource: str = "nodes") -> int:
+        return sum(1 for e in self.events(resource) if e.get("verb") in self.WRITES)
+
+    def conflicts(self, resource: str = "nodes") -> int:
+        return sum(1 for e in self.events(resource) if (e.get("responseStatus") or {}).get("code") == 409)
