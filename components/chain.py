@@ -15,7 +15,16 @@ def nearest_deployed(key: str, after: Mapping[str, tuple[str, ...]], present: Co
     for predecessor in after.get(key, ()):
         candidates = [predecessor] if predecessor in present else nearest_deployed(predecessor, after, present)
         found.extend(c for c in candidates if c not in found)
-    return found
+    # Keep only the latest: waiting for the device plugin already implies waiting for the toolkit.
+    return [c for c in found if not any(c in _ancestors(other, after, present) for other in found if other != c)]
+
+
+def _ancestors(key: str, after: Mapping[str, tuple[str, ...]], present: Collection[str]) -> set[str]:
+    seen: set[str] = set()
+    for predecessor in nearest_deployed(key, after, present):
+        seen.add(predecessor)
+        seen |= _ancestors(predecessor, after, present)
+    return seen
 
 
 def stages(after: Mapping[str, tuple[str, ...]], present: Collection[str]) -> list[list[str]]:

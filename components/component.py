@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from . import manifests
 from .extras import ExtraContext, extras_for
@@ -13,13 +14,13 @@ from .k8s import declare, resource_info
 from .resolve import ResolvedComponent
 from .settings import Options
 
-# Builds a step that must follow the workload before successors may start (the toolkit's
+RUNNING = "Running"
+DEPLOYING = "Deploying"
+
+# Builds a step that must follow the workloads before successors may start (the toolkit's
 # docker-runtime activation): given the component and its workloads, returns that
 # resource and whether it is done.
 Activation = Callable[["GcuComponent", list], tuple[pulumi.Resource, pulumi.Output[bool]]]
-
-RUNNING = "Running"
-DEPLOYING = "Deploying"
 
 
 def _field(obj: Any, camel: str, snake: str) -> Any:
@@ -43,6 +44,10 @@ def workload_ready(kind: str, status: Any, replicas: Optional[int] = None) -> bo
     return ready >= wanted and updated >= wanted
 
 
+def release_ready(status: Any) -> bool:
+    return _field(status, "status", "status") == "deployed"
+
+
 @dataclass
 class Planned:
     """A manifest to declare, under a logical name stable across renames."""
@@ -53,7 +58,7 @@ class Planned:
 
 
 class GcuComponent(pulumi.ComponentResource):
-    """A GCU component: its workload(s) and every object they need, as children.
+    """A GCU component: its workloads and every object they need, as children.
 
     `gate` lists the child resources a successor must wait for; successors take a
     dependency on these objects directly, not on this component.
@@ -68,6 +73,8 @@ class GcuComponent(pulumi.ComponentResource):
         after: Sequence[pulumi.Resource],
         namespace: Optional[pulumi.Resource],
         opts: pulumi.ResourceOptions,
+        peers: Optional[dict[str, ResolvedComponent]] = None,
+        project_dir: Optional[str] = None,
         activation: Optional[Activation] = None,
     ):
         definition = component.definition
@@ -75,45 +82,51 @@ class GcuComponent(pulumi.ComponentResource):
         self.key = definition.key
         self.namespace = component.namespace
         self.resolved = component
+        self.own_resources: list[dict] = []
         key = definition.key
-        extras = extras_for(component, ExtraContext(instance=instance, options=options))
+        extras = extras_for(
+            component, ExtraContext(instance=instance, options=options, peers=peers or {}, project_dir=project_dir)
+        )
         base = [namespace] if namespace is not None else []
 
         support = [Planned(f"{key}-{m['kind'].lower()}", m, base) for m in manifests.rbac_objects(component, instance)]
         if extras.config_files:
             support.append(Planned(f"{key}-configmap", manifests.config_map(component, instance, extras.config_files), base))
-        crds = [Planned(f"{key}-crd-{m['spec']['names']['plural']}", m) for m in extras.crds]
-
-        self.own_resources: list[dict] = []
+        support += [Planned(f"{key}-{m['kind'].lower()}-{m['metadata']['name']}", m, base) for m in extras.objects]
         declared_support = [self._declare(p) for p in support]
-        declared_crds = [self._declare(p) for p in crds]
+        declared_crds = [self._declare(Planned(f"{key}-crd-{m['spec']['names']['plural']}", m)) for m in extras.crds]
         declared_custom = [
             self._declare(Planned(f"{key}-{m['kind'].lower()}-{m['metadata']['name']}", m, declared_crds + base))
             for m in extras.custom_resources
         ]
+        first = list(after) + base + declared_support + declared_custom
 
-        workload_manifest = manifests.workload(component, instance, extras.env)
-        self.workloads = [
-            self._declare(
-                Planned(
-                    f"{key}-{definition.kind.lower()}",
-                    workload_manifest,
-                    list(after) + base + declared_support + declared_custom,
-                )
-            )
-        ]
-        service = manifests.node_port_service(component, instance)
-        if service is not None:
-            self._declare(Planned(f"{key}-service", service, base))
+        readiness: list[pulumi.Output[bool]] = []
+        self.workloads: list[pulumi.CustomResource] = []
+        for workload in component.workloads:
+            suffix = f"-{workload.definition.part}" if workload.definition.part else ""
+            kind = workload.definition.kind
+            manifest = manifests.workload_manifest(component, workload, instance, extras.pod)
+            resource = self._declare(Planned(f"{key}-{kind.lower()}{suffix}", manifest, first))
+            self.workloads.append(resource)
+            readiness.append(self._workload_ready(kind, resource))
+            service = workload.definition.service
+            if service is not None:
+                node_port = service.node_port or (getattr(options, service.node_port_option) if service.node_port_option else None)
+                self._declare(Planned(f"{key}-service{suffix}", manifests.service_manifest(component, workload, instance, node_port), base))
+
+        for release in extras.releases:
+            resource = self._release(key, release, first)
+            self.workloads.append(resource)
+            readiness.append(resource.status.apply(release_ready))
 
         self.gate: list[pulumi.Resource] = list(self.workloads)
-        self.status = self._status([(definition.kind, w) for w in self.workloads])
+        done = pulumi.Output.all(*readiness).apply(all)
         if activation is not None:
-            step, done = activation(self, self.workloads)
+            step, activated = activation(self, self.workloads)
             self.gate = [step]
-            self.status = pulumi.Output.all(self.status, done).apply(
-                lambda args: args[0] if args[1] else DEPLOYING
-            )
+            done = pulumi.Output.all(done, activated).apply(all)
+        self.status = done.apply(lambda ready: RUNNING if ready else DEPLOYING)
         self.register_outputs(
             {
                 "name": component.name,
@@ -128,12 +141,23 @@ class GcuComponent(pulumi.ComponentResource):
         opts = pulumi.ResourceOptions(parent=self, depends_on=planned.depends_on or None)
         return declare(planned.logical_name, planned.manifest, opts)
 
-    @staticmethod
-    def _status(workloads: list[tuple[str, pulumi.CustomResource]]) -> pulumi.Output[str]:
-        def readiness(kind: str, resource: pulumi.CustomResource) -> pulumi.Output[bool]:
-            replicas = resource.spec.apply(lambda s: _field(s, "replicas", "replicas")) if kind == "Deployment" else None
-            return pulumi.Output.all(resource.status, replicas).apply(lambda args: workload_ready(kind, args[0], args[1]))
-
-        return pulumi.Output.all(*[readiness(k, r) for k, r in workloads]).apply(
-            lambda ready: RUNNING if all(ready) else DEPLOYING
+    def _release(self, key: str, release: dict, depends_on: list) -> k8s.helm.v3.Release:
+        self.own_resources.append({"group": "helm.sh", "version": "v3", "kind": "Release", "name": release["name"]})
+        repository = release.get("repository")
+        return k8s.helm.v3.Release(
+            f"{key}-release",
+            name=release["name"],
+            chart=release["chart"],
+            version=release.get("version"),
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repository) if repository else None,
+            namespace=release["namespace"],
+            create_namespace=False,  # the stack owns the namespace and its Pod Security labels
+            values=release["values"],
+            timeout=release["timeout"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on or None),
         )
+
+    @staticmethod
+    def _workload_ready(kind: str, resource: pulumi.CustomResource) -> pulumi.Output[bool]:
+        replicas = resource.spec.apply(lambda s: _field(s, "replicas", "replicas")) if kind == "Deployment" else None
+        return pulumi.Output.all(resource.status, replicas).apply(lambda args: workload_ready(kind, args[0], args[1]))

@@ -6,10 +6,11 @@ validated against the Kubernetes OpenAPI schema in tests and read by policies.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Optional
 
 from .catalog import DEPLOY_LABEL_PREFIX, OPERANDS_LABEL, ContainerDef, RbacDef
-from .resolve import ResolvedComponent, ResolvedContainer
+from .resolve import ResolvedComponent, ResolvedContainer, ResolvedWorkload
 
 PART_OF = "gcu-stack"
 NODE_CRITICAL = "system-node-critical"
@@ -18,11 +19,25 @@ TOLERATIONS = (
     {"key": "enflame.com/gcu", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "CriticalAddonsOnly", "operator": "Exists"},
 )
+# Non-root user for containers that run under Pod Security "restricted".
+RESTRICTED_UID = 1000
 
 
-def labels(component: ResolvedComponent, instance: str) -> dict[str, str]:
+@dataclass(frozen=True)
+class PodAdditions:
+    """What a component's extras add to its pods (components/extras.py)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+    # Only these nodes (by name); empty: every node the selector allows.
+    node_names: tuple[str, ...] = ()
+    secret_name: Optional[str] = None
+    claim_name: Optional[str] = None
+
+
+def labels(component: ResolvedComponent, instance: str, name: Optional[str] = None) -> dict[str, str]:
     return {
-        "app.kubernetes.io/name": component.name,
+        "app.kubernetes.io/name": name or component.name,
         "app.kubernetes.io/component": component.definition.key,
         "app.kubernetes.io/instance": instance,
         "app.kubernetes.io/part-of": PART_OF,
@@ -30,9 +45,9 @@ def labels(component: ResolvedComponent, instance: str) -> dict[str, str]:
     }
 
 
-def selector(component: ResolvedComponent) -> dict[str, str]:
+def selector(workload: ResolvedWorkload) -> dict[str, str]:
     # Immutable on a workload: keep it to the one label that cannot change without a rename.
-    return {"app.kubernetes.io/name": component.name}
+    return {"app.kubernetes.io/name": workload.name}
 
 
 def metadata(name: str, namespace: Optional[str], object_labels: dict[str, str]) -> dict:
@@ -53,23 +68,28 @@ def service_account_name(component: ResolvedComponent, rbac: RbacDef) -> str:
 def _security_context(container: ContainerDef) -> dict:
     if container.privileged:
         return {"privileged": True}
-    return {
-        "privileged": False,
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-    }
+    context = {"privileged": False, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    if container.restricted:
+        context.update(
+            {"runAsNonRoot": True, "runAsUser": RESTRICTED_UID, "seccompProfile": {"type": "RuntimeDefault"}}
+        )
+    return context
 
 
-def _container(component: ResolvedComponent, resolved: ResolvedContainer, extra_env: dict[str, str]) -> dict:
+def _container(resolved: ResolvedContainer, additions: PodAdditions) -> dict:
     spec = resolved.definition
     env = [{"name": name, "value": value} for name, value in resolved.env]
-    env.extend({"name": name, "value": value} for name, value in extra_env.items())
+    env.extend({"name": name, "value": value} for name, value in additions.env.items())
+    env.extend(
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": additions.secret_name, "key": key}}}
+        for name, key in spec.secret_env
+    )
     env.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
-    mounts = [
-        {"name": m.name, "mountPath": m.mount_path, "readOnly": m.read_only} for m in spec.mounts
-    ]
+    mounts = [{"name": m.name, "mountPath": m.mount_path, "readOnly": m.read_only} for m in spec.mounts]
     if spec.config_mount:
         mounts.append({"name": "config", "mountPath": spec.config_mount, "readOnly": True})
+    if spec.claim_mount:
+        mounts.append({"name": "data", "mountPath": spec.claim_mount})
     body = {
         "name": spec.name,
         "image": resolved.image,
@@ -83,77 +103,108 @@ def _container(component: ResolvedComponent, resolved: ResolvedContainer, extra_
     }
     if spec.command:
         body["command"] = list(spec.command)
-    if spec.args:
-        body["args"] = list(spec.args)
+    if spec.args or additions.args:
+        body["args"] = [*spec.args, *additions.args]
     if spec.ports:
         body["ports"] = [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in spec.ports]
+    if spec.readiness:
+        body["readinessProbe"] = dict(spec.readiness)
     if mounts:
         body["volumeMounts"] = mounts
     return body
 
 
-def _volumes(component: ResolvedComponent) -> list[dict]:
+def _volumes(component: ResolvedComponent, workload: ResolvedWorkload, additions: PodAdditions) -> list[dict]:
     volumes: dict[str, dict] = {}
-    for resolved in component.containers:
-        for m in resolved.definition.mounts:
+    for resolved in workload.containers:
+        spec = resolved.definition
+        for m in spec.mounts:
             volumes.setdefault(m.name, {"name": m.name, "hostPath": {"path": m.host_path, "type": m.type}})
-        if resolved.definition.config_mount:
+        if spec.config_mount:
             volumes.setdefault("config", {"name": "config", "configMap": {"name": config_map_name(component)}})
+        if spec.claim_mount:
+            volumes.setdefault("data", {"name": "data", "persistentVolumeClaim": {"claimName": additions.claim_name}})
     return list(volumes.values())
 
 
-def _node_affinity(component: ResolvedComponent) -> dict:
-    # Operators opt a node out of one component, or of all, by setting the deploy
-    # label to "false"; nodes without the label (e.g. ones that just joined) qualify.
-    opt_outs = [
-        {"key": DEPLOY_LABEL_PREFIX + component.definition.key, "operator": "NotIn", "values": ["false"]},
-        {"key": OPERANDS_LABEL, "operator": "NotIn", "values": ["false"]},
-    ]
+def _node_affinity(component: ResolvedComponent, additions: PodAdditions) -> Optional[dict]:
+    expressions = []
+    if component.definition.gcu_nodes_only:
+        # Operators opt a node out of one component, or of all, by setting the deploy
+        # label to "false"; nodes without the label (e.g. ones that just joined) qualify.
+        expressions += [
+            {"key": DEPLOY_LABEL_PREFIX + component.definition.key, "operator": "NotIn", "values": ["false"]},
+            {"key": OPERANDS_LABEL, "operator": "NotIn", "values": ["false"]},
+        ]
+    if additions.node_names:
+        expressions.append({"key": "kubernetes.io/hostname", "operator": "In", "values": list(additions.node_names)})
+    if not expressions:
+        return None
     return {
         "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": opt_outs}]}
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
         }
     }
 
 
-def pod_template(component: ResolvedComponent, instance: str, extra_env: dict[str, str]) -> dict:
+def pod_template(component: ResolvedComponent, workload: ResolvedWorkload, instance: str, additions: PodAdditions) -> dict:
     definition = component.definition
-    spec: dict = {
-        "priorityClassName": NODE_CRITICAL,
-        "tolerations": [dict(t) for t in TOLERATIONS],
-        "containers": [_container(component, c, extra_env) for c in component.containers],
-    }
-    if definition.gcu_nodes_only:
-        spec["affinity"] = _node_affinity(component)
-    if component.node_selector:
-        spec["nodeSelector"] = dict(component.node_selector)
+    containers = [_container(c, additions) for c in workload.containers]
+    spec: dict = {"containers": containers}
+    if workload.definition.kind == "DaemonSet":  # node agents
+        spec["priorityClassName"] = NODE_CRITICAL
+        spec["tolerations"] = [dict(t) for t in TOLERATIONS]
+    affinity = _node_affinity(component, additions)
+    if affinity:
+        spec["affinity"] = affinity
+    if workload.node_selector:
+        spec["nodeSelector"] = dict(workload.node_selector)
     if definition.rbac is not None:
         spec["serviceAccountName"] = service_account_name(component, definition.rbac)
     else:
         spec["automountServiceAccountToken"] = False
-    if definition.host_pid:
+    if workload.definition.host_pid:
         spec["hostPID"] = True
-    volumes = _volumes(component)
+    if any(c.definition.restricted for c in workload.containers):
+        spec["securityContext"] = {"fsGroup": RESTRICTED_UID, "seccompProfile": {"type": "RuntimeDefault"}}
+    volumes = _volumes(component, workload, additions)
     if volumes:
         spec["volumes"] = volumes
-    return {"metadata": {"labels": labels(component, instance)}, "spec": spec}
+    return {"metadata": {"labels": labels(component, instance, workload.name)}, "spec": spec}
 
 
-def workload(component: ResolvedComponent, instance: str, extra_env: Optional[dict[str, str]] = None) -> dict:
-    definition = component.definition
+def workload_manifest(component: ResolvedComponent, workload: ResolvedWorkload, instance: str, additions: PodAdditions) -> dict:
+    kind = workload.definition.kind
     spec = {
-        "selector": {"matchLabels": selector(component)},
-        "template": pod_template(component, instance, extra_env or {}),
+        "selector": {"matchLabels": selector(workload)},
+        "template": pod_template(component, workload, instance, additions),
     }
-    if definition.kind == "DaemonSet":
+    if kind == "DaemonSet":
         spec["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
     else:
         spec["replicas"] = 1
         spec["strategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
     return {
         "apiVersion": "apps/v1",
-        "kind": definition.kind,
-        "metadata": metadata(component.name, component.namespace, labels(component, instance)),
+        "kind": kind,
+        "metadata": metadata(workload.name, component.namespace, labels(component, instance, workload.name)),
+        "spec": spec,
+    }
+
+
+def service_manifest(component: ResolvedComponent, workload: ResolvedWorkload, instance: str, node_port: Optional[int]) -> dict:
+    service = workload.definition.service
+    port = {"name": service.port_name, "port": service.port, "targetPort": service.port_name, "protocol": "TCP"}
+    spec: dict = {"selector": selector(workload), "ports": [port]}
+    if node_port is not None:
+        spec["type"] = "NodePort"
+        port["nodePort"] = node_port
+    else:
+        spec["type"] = "ClusterIP"
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(workload.name, component.namespace, labels(component, instance, workload.name)),
         "spec": spec,
     }
 
@@ -187,30 +238,6 @@ def rbac_objects(component: ResolvedComponent, instance: str) -> list[dict]:
     ]
 
 
-def node_port_service(component: ResolvedComponent, instance: str) -> Optional[dict]:
-    port = component.definition.node_port
-    if port is None:
-        return None
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(component.name, component.namespace, labels(component, instance)),
-        "spec": {
-            "type": "NodePort",
-            "selector": selector(component),
-            "ports": [
-                {
-                    "name": port.port_name,
-                    "port": port.port,
-                    "targetPort": port.port_name,
-                    "nodePort": port.node_port,
-                    "protocol": "TCP",
-                }
-            ],
-        },
-    }
-
-
 def config_map(component: ResolvedComponent, instance: str, files: dict[str, str]) -> dict:
     return {
         "apiVersion": "v1",
@@ -220,10 +247,8 @@ def config_map(component: ResolvedComponent, instance: str, files: dict[str, str
     }
 
 
-def namespace(name: str, privileged: bool, instance: str) -> dict:
-    # Pod Security Admission: node agents that change the host need "privileged";
-    # everything else in our namespaces must pass "restricted".
-    level = "privileged" if privileged else "restricted"
+def namespace(name: str, level: str, instance: str) -> dict:
+    """A namespace the stack creates, with the Pod Security Admission level its pods need."""
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
@@ -239,4 +264,3 @@ def namespace(name: str, privileged: bool, instance: str) -> dict:
             },
         },
     }
-

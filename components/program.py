@@ -8,7 +8,9 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from . import checks
 from .errors import BlueprintError
+from .extender import extender_outputs
 from .settings import StackSettings, load_settings, pulumi_config
 from .stack import GcuStack
 from .status import status_outputs
@@ -22,13 +24,18 @@ def kubernetes_provider(settings: StackSettings) -> k8s.Provider:
 
 def main(project_dir: Optional[Path] = None) -> GcuStack:
     try:
-        settings = load_settings(pulumi_config(), project_dir or Path.cwd())
+        config, secret_keys = pulumi_config()
+        settings = load_settings(config, project_dir or Path.cwd(), secret_keys)
+        checks.check(settings)
     except BlueprintError as error:
         # A clean message for `pulumi preview`, before any resource is declared.
         raise pulumi.RunError(str(error)) from None
     stack = GcuStack(settings, kubernetes_provider(settings))
     gcu_nodes = stack.gcu_nodes.nodes if stack.gcu_nodes is not None else []
     outputs = status_outputs(stack.components, gcu_nodes, settings.resource.metadata.generation)
+    extender = stack.component("gcushareScheduler")
+    if extender is not None:
+        outputs["gcushareSchedulerExtender"] = extender_outputs(extender.resolved, settings.options)
     for name, value in outputs.items():
         pulumi.export(name, value)
     return stack

@@ -74,6 +74,23 @@ class DockerRuntimeOptions(BaseModel):
         return value
 
 
+class VolcanoChartOptions(BaseModel):
+    """`gcu-stack:volcanoChart`: where Volcano's official Helm chart comes from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    chart: str = "volcano"
+    repository: str = "https://volcano-sh.github.io/helm-charts"
+    version: str = "1.9.0"
+    # A chart archive (.tgz) for air-gapped clusters, relative to the project directory; wins over repository.
+    path: Optional[str] = None
+    timeout_seconds: int = Field(600, alias="timeoutSeconds", ge=30)
+
+    def resolved_path(self, project_dir: Optional[str]) -> str:
+        path = Path(self.path).expanduser()
+        return str(path if path.is_absolute() or project_dir is None else Path(project_dir) / path)
+
+
 class Options(BaseModel):
     """Stack settings that are not part of the GcuResource spec (`gcu-stack:<key>`)."""
 
@@ -87,6 +104,12 @@ class Options(BaseModel):
     kube_context: Optional[str] = Field(None, alias="kubeContext")
     exporter_service_monitor: bool = Field(False, alias="exporterServiceMonitor")
     gcu_nodes: GcuNodesOptions = Field(default_factory=GcuNodesOptions, alias="gcuNodes")
+    # Set with `pulumi config set --secret`; required when Nightingale is deployed.
+    nightingale_db_password: Optional[str] = Field(None, alias="nightingaleDbPassword", repr=False)
+    nightingale_web_node_port: int = Field(30018, alias="nightingaleWebNodePort", ge=30000, le=32767)
+    nightingale_storage: str = Field("10Gi", alias="nightingaleStorage", pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+    gcushare_scheduler_node_port: int = Field(32766, alias="gcushareSchedulerNodePort", ge=30000, le=32767)
+    volcano_chart: VolcanoChartOptions = Field(default_factory=VolcanoChartOptions, alias="volcanoChart")
     docker_runtime: DockerRuntimeOptions = Field(default_factory=DockerRuntimeOptions, alias="dockerRuntime")
 
 
@@ -95,6 +118,9 @@ class StackSettings:
     resource: GcuResource
     source: str
     options: Options
+    project_dir: Path
+    # Config keys set with --secret (e.g. gcu-stack:nightingaleDbPassword).
+    secret_keys: frozenset[str] = frozenset()
 
 
 def _config_value(raw: Any) -> Any:
@@ -146,7 +172,7 @@ def _parse_file(path: Path) -> Any:
         raise BlueprintError([f"{where}not valid YAML: {getattr(error, 'problem', error)}"], str(path)) from None
 
 
-def load_settings(config: Mapping[str, Any], project_dir: Path) -> StackSettings:
+def load_settings(config: Mapping[str, Any], project_dir: Path, secret_keys: frozenset[str] = frozenset()) -> StackSettings:
     """Validate `gcu-stack:*` config (keys → raw values) into settings, or raise BlueprintError."""
     options = _options({k: v for k, v in config.items() if k.startswith(f"{NAMESPACE}:")})
     if options.blueprint and options.spec is not None:
@@ -178,13 +204,14 @@ def load_settings(config: Mapping[str, Any], project_dir: Path) -> StackSettings
         resource = GcuResource.model_validate(document)
     except ValidationError as error:
         raise BlueprintError(describe(error, GcuResource), source) from None
-    return StackSettings(resource=resource, source=source, options=options)
+    return StackSettings(resource=resource, source=source, options=options, project_dir=project_dir, secret_keys=secret_keys)
 
 
-def pulumi_config() -> dict[str, Any]:
-    """Every config value of this project visible to the running program."""
+def pulumi_config() -> tuple[dict[str, Any], frozenset[str]]:
+    """Every config value of this project visible to the running program, and which are secret."""
     from pulumi.runtime import config as runtime_config
 
     values = dict(runtime_config.get_config_env() or {})
     values.update(runtime_config.CONFIG.get())
-    return {k: v for k, v in values.items() if k.startswith(f"{NAMESPACE}:")}
+    ours = {k: v for k, v in values.items() if k.startswith(f"{NAMESPACE}:")}
+    return ours, frozenset(k for k in ours if runtime_config.is_config_secret(k))

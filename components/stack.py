@@ -17,7 +17,8 @@ from .spec import BaseFields, GcuResourceSpec, deployed
 
 # Namespaces every cluster already has: never created, never deleted by the stack.
 SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
-COMPONENTS: tuple[catalog.ComponentDef, ...] = catalog.CORE
+COMPONENTS: tuple[catalog.ComponentDef, ...] = catalog.ALL
+POD_SECURITY_ORDER = ("restricted", "baseline", "privileged")
 AFTER = {catalog.GCU_NODES: ("nfd",), **{d.key: d.after for d in COMPONENTS}}
 
 
@@ -36,9 +37,12 @@ def deployed_components(spec: GcuResourceSpec) -> list[ResolvedComponent]:
     return resolved
 
 
-def needs_host_access(component: ResolvedComponent) -> bool:
-    definition = component.definition
-    return definition.host_pid or any(c.definition.privileged or c.definition.mounts for c in component.containers)
+def pod_security_level(component: ResolvedComponent) -> str:
+    """The Pod Security level a component's pods need: host access needs "privileged"."""
+    host_access = any(w.definition.host_pid for w in component.workloads) or any(
+        c.definition.privileged or c.definition.mounts for c in component.containers
+    )
+    return "privileged" if host_access else component.definition.pod_security or "restricted"
 
 
 def cluster_access(options: Options) -> dict:
@@ -102,6 +106,8 @@ class GcuStack(pulumi.ComponentResource):
         self.gcu_nodes: Optional[GcuNodes] = None
         if resolved:
             present.add(catalog.GCU_NODES)
+        # Deploy labels only for the node agents whose scheduling honours them.
+        self.node_agents = sorted(c.definition.key for c in resolved if c.definition.gcu_nodes_only)
 
         def waits_for(key: str) -> list[pulumi.Resource]:
             return [r for p in nearest_deployed(key, AFTER, present) for r in gates[p]]
@@ -116,6 +122,8 @@ class GcuStack(pulumi.ComponentResource):
                 component,
                 instance=instance,
                 options=options,
+                peers={c.definition.key: c for c in resolved},
+                project_dir=str(settings.project_dir),
                 after=waits_for(key),
                 namespace=namespaces.get(component.namespace),
                 opts=pulumi.ResourceOptions(parent=self, providers=[provider]),
@@ -128,11 +136,14 @@ class GcuStack(pulumi.ComponentResource):
         self.components = built
         self.register_outputs({"components": [c.key for c in built]})
 
+    def component(self, key: str) -> Optional[GcuComponent]:
+        return next((c for c in self.components if c.key == key), None)
+
     def _gcu_nodes(self, options: Options, present: set[str], after: list[pulumi.Resource]) -> GcuNodes:
         selection = options.gcu_nodes
         return GcuNodes(
             "gcu-nodes",
-            components=sorted(k for k in present if k != catalog.GCU_NODES),
+            components=self.node_agents,
             names=selection.names,
             selector=selection.selector,
             driver_label=selection.driver_label or None,
@@ -144,15 +155,17 @@ class GcuStack(pulumi.ComponentResource):
         )
 
     def _namespaces(self, resolved: list[ResolvedComponent], instance: str) -> dict[str, pulumi.Resource]:
-        wanted: dict[str, bool] = {}
+        levels: dict[str, str] = {}
         for component in resolved:
             if component.namespace not in SYSTEM_NAMESPACES:
-                wanted[component.namespace] = wanted.get(component.namespace, False) or needs_host_access(component)
+                level = pod_security_level(component)
+                current = levels.get(component.namespace, "restricted")
+                levels[component.namespace] = max(current, level, key=POD_SECURITY_ORDER.index)
         return {
             name: declare(
                 f"namespace-{name}",
-                manifests.namespace(name, privileged, instance),
+                manifests.namespace(name, level, instance),
                 pulumi.ResourceOptions(parent=self),
             )
-            for name, privileged in sorted(wanted.items())
+            for name, level in sorted(levels.items())
         }

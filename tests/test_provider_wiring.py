@@ -17,7 +17,7 @@ def single(run, type_):
 def test_seed_declares_both_provider_resources_with_readable_type_names():
     run = run_program({"blueprint": str(SEED_BLUEPRINT)})
     nodes = single(run, GCU_NODES)
-    assert nodes.inputs["components"] == ["devicePlugin", "exporter", "gfd", "nfd", "toolkit"]
+    assert nodes.inputs["components"] == ["devicePlugin", "exporter", "gfd", "toolkit"]
     assert nodes.inputs["requireDriver"] is True  # the seed does not deploy the driver
     assert nodes.inputs["driverLabel"] == "enflame.com/gcu.driver.present=true"
     runtime = single(run, DOCKER_RUNTIME)
