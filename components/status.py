@@ -21,7 +21,9 @@ def _entry(component: GcuComponent) -> pulumi.Output[dict]:
 
 
 def _creation_time(component: GcuComponent) -> pulumi.Output[Any]:
-    return pulumi.Output.all(*[w.metadata.apply(lambda m: getattr(m, "creation_timestamp", None)) for w in component.workloads])
+    # Helm releases have no object metadata; their Deployments are the chart's.
+    stamped = [w for w in component.workloads if hasattr(w, "metadata")]
+    return pulumi.Output.all(*[w.metadata.apply(lambda m: getattr(m, "creation_timestamp", None)) for w in stamped])
 
 
 def status_outputs(

@@ -88,6 +88,8 @@ class ClusterMocks(pulumi.runtime.Mocks):
             replicas = (state.get("spec") or {}).get("replicas", 1)
             done = replicas if self.ready else 0
             state["status"] = {"replicas": replicas, "readyReplicas": done, "updatedReplicas": done}
+        if args.typ == "kubernetes:helm.sh/v3:Release":
+            state["status"] = {"status": "deployed" if self.ready else "pending-install", "namespace": state.get("namespace")}
         if args.typ.startswith("pulumi-python:dynamic") and self.dynamic is not None:
             state.update(self.dynamic(args))
         if isinstance(state.get("metadata"), dict):
@@ -132,7 +134,8 @@ class Run:
         return [r for r in self.registrations if r.type == type_]
 
     def k8s(self) -> list[Registration]:
-        return [r for r in self.registrations if r.type.startswith("kubernetes:") and r.custom and "providers" not in r.type]
+        """Kubernetes objects (Helm releases and the provider are not objects)."""
+        return [r for r in self.registrations if r.type.startswith("kubernetes:") and r.custom and "kind" in r.inputs]
 
     def one(self, kind: str, name: str) -> Registration:
         found = [r for r in self.k8s() if r.inputs.get("kind") == kind and r.k8s_name == name]
