@@ -232,11 +232,10 @@ TOOLKIT = ComponentDef(
                     name="gcu-runtime",
                     # Privileged: it installs the enflame runtime on the host and rewrites docker's daemon.json.
                     privileged=True,
+                    # Plus the directories of daemon.json, docker.sock and docker.pid, which
+                    # follow gcu-stack:dockerRuntime (components/extras.py).
                     mounts=(
-                        HostMount("docker-config", "/etc/docker", "/host/etc/docker", read_only=False, type="DirectoryOrCreate"),
                         HostMount("runtime-install", "/usr/local/enflame", "/host/usr/local/enflame", read_only=False, type="DirectoryOrCreate"),
-                        # docker.sock and docker.pid, to verify and signal the host's dockerd.
-                        HostMount("host-run", "/run", "/host/run", read_only=False),
                         _GCU_LOGS,
                     ),
                     resources=Resources("50m", "64Mi", "500m", "256Mi"),

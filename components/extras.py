@@ -13,7 +13,8 @@ from typing import Any, Callable, Optional
 import pulumi
 import yaml
 
-from .catalog import EXPORTER_PORT, GCU_PRESENT_LABEL, NIGHTINGALE_DB_SECRET_KEY
+from .catalog import EXPORTER_PORT, GCU_PRESENT_LABEL, NIGHTINGALE_DB_SECRET_KEY, HostMount
+from .hoststate import runtime_host
 from .manifests import PodAdditions, labels, metadata, selector
 from .resolve import ResolvedComponent, effective
 from .settings import Options
@@ -151,15 +152,21 @@ def _toolkit(component: ResolvedComponent, context: ExtraContext) -> Extras:
     # The image's entrypoint (components/hoststate/runtime_host.py) activates the runtime on
     # its node at start, so nodes that join later need no `pulumi up`. Paths are under /host.
     runtime = context.options.docker_runtime
+    inside = runtime_host.in_container
+    directories = runtime_host.host_directories(runtime.daemon_json, runtime.docker_host, runtime.pid_file)
     return Extras(
         pod=PodAdditions(
             env={
                 "RUNTIME_ACTIVATION": runtime.mode,
                 "ENFLAME_RUNTIME_PATH": runtime.runtime_path,
-                "DAEMON_JSON": "/host" + runtime.daemon_json,
-                "DOCKER_HOST": "unix:///host" + runtime.docker_host[len("unix://"):],
-                "DOCKER_PID_FILE": "/host" + runtime.pid_file,
-            }
+                "DAEMON_JSON": inside(runtime.daemon_json),
+                "DOCKER_HOST": "unix://" + inside(runtime.docker_host[len("unix://"):]),
+                "DOCKER_PID_FILE": inside(runtime.pid_file),
+            },
+            mounts=tuple(
+                HostMount(f"docker-host-{i}", d, inside(d), read_only=False, type="DirectoryOrCreate")
+                for i, d in enumerate(directories)
+            ),
         )
     )
 

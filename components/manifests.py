@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .catalog import DEPLOY_LABEL_PREFIX, OPERANDS_LABEL, ContainerDef, RbacDef
+from .catalog import DEPLOY_LABEL_PREFIX, OPERANDS_LABEL, ContainerDef, HostMount, RbacDef
 from .resolve import ResolvedComponent, ResolvedContainer, ResolvedWorkload
 
 PART_OF = "gcu-stack"
@@ -33,6 +33,8 @@ class PodAdditions:
     node_names: tuple[str, ...] = ()
     secret_name: Optional[str] = None
     claim_name: Optional[str] = None
+    # Host directories that depend on stack settings (the toolkit's docker paths).
+    mounts: tuple[HostMount, ...] = ()
 
 
 def labels(component: ResolvedComponent, instance: str, name: Optional[str] = None) -> dict[str, str]:
@@ -85,7 +87,9 @@ def _container(resolved: ResolvedContainer, additions: PodAdditions) -> dict:
         for name, key in spec.secret_env
     )
     env.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
-    mounts = [{"name": m.name, "mountPath": m.mount_path, "readOnly": m.read_only} for m in spec.mounts]
+    mounts = [
+        {"name": m.name, "mountPath": m.mount_path, "readOnly": m.read_only} for m in (*spec.mounts, *additions.mounts)
+    ]
     if spec.config_mount:
         mounts.append({"name": "config", "mountPath": spec.config_mount, "readOnly": True})
     if spec.claim_mount:
@@ -118,7 +122,7 @@ def _volumes(component: ResolvedComponent, workload: ResolvedWorkload, additions
     volumes: dict[str, dict] = {}
     for resolved in workload.containers:
         spec = resolved.definition
-        for m in spec.mounts:
+        for m in (*spec.mounts, *additions.mounts):
             volumes.setdefault(m.name, {"name": m.name, "hostPath": {"path": m.host_path, "type": m.type}})
         if spec.config_mount:
             volumes.setdefault("config", {"name": "config", "configMap": {"name": config_map_name(component)}})

@@ -53,6 +53,13 @@ def test_node_selection_and_docker_settings_come_from_stack_config():
     # Nodes that join later activate themselves with the same settings.
     assert env["RUNTIME_ACTIVATION"] == "restart"
     assert env["DAEMON_JSON"] == "/host/srv/docker/daemon.json"
+    assert env["DOCKER_HOST"] == "unix:///host/var/run/docker.sock"
+    # Exactly the directories of the configured paths are mounted, where the env says.
+    pod = run.one("DaemonSet", "enflame-gcu-docker-plugin").inputs["spec"]["template"]["spec"]
+    mounted = {v["hostPath"]["path"] for v in pod["volumes"]}
+    assert {"/srv/docker", "/var/run"} <= mounted and "/etc/docker" not in mounted
+    mount_paths = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert {"/host/srv/docker", "/host/var/run"} <= mount_paths
     assert env["ENFLAME_RUNTIME_PATH"] == "/usr/local/enflame/bin/enflame-container-runtime"
 
 

@@ -51,6 +51,17 @@ class HostSettings:
     verify_seconds: float = 20.0
 
 
+def host_directories(daemon_json: str, docker_host: str, pid_file: str) -> list[str]:
+    """Host directories a container needs mounted (at /host<dir>) to reach docker's config, socket and pid file."""
+    paths = (daemon_json, docker_host[len("unix://"):], pid_file)
+    return sorted({os.path.dirname(p) or "/" for p in paths})
+
+
+def in_container(host_path: str) -> str:
+    """Where a host path appears inside a container that mounted its directory under /host."""
+    return "/host" + host_path
+
+
 def parse(text: Optional[bytes], settings: HostSettings) -> dict:
     if text is None or not text.strip():
         return {}

@@ -93,16 +93,16 @@ class PodTransport:
 
     def pod_manifest(self, node: str, argv: list[str]) -> dict:
         s = self.settings
+        inside = runtime_host.in_container
         host_args = [
-            "--daemon-json", "/host" + s.daemon_json,
-            "--docker-host", "unix:///host" + s.docker_host[len("unix://"):],
-            "--pid-file", "/host" + s.pid_file,
+            "--daemon-json", inside(s.daemon_json),
+            "--docker-host", "unix://" + inside(s.docker_host[len("unix://"):]),
+            "--pid-file", inside(s.pid_file),
             # hostPID: PID 1 is the host's init, so nsenter reaches the host's systemd.
             "--restart-command", "nsenter -t 1 -m -u -i -n -p -- " + shlex.join(s.restart_command),
             "--node", node,
         ]
-        docker_dir = s.daemon_json.rsplit("/", 1)[0] or "/"
-        run_dir = s.docker_host[len("unix://"):].rsplit("/", 1)[0] or "/"
+        directories = runtime_host.host_directories(s.daemon_json, s.docker_host, s.pid_file)
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -130,14 +130,13 @@ class PodTransport:
                             "limits": {"cpu": "200m", "memory": "128Mi"},
                         },
                         "volumeMounts": [
-                            {"name": "docker-config", "mountPath": "/host" + docker_dir},
-                            {"name": "docker-run", "mountPath": "/host" + run_dir},
+                            {"name": f"host-{i}", "mountPath": inside(d)} for i, d in enumerate(directories)
                         ],
                     }
                 ],
                 "volumes": [
-                    {"name": "docker-config", "hostPath": {"path": docker_dir, "type": "DirectoryOrCreate"}},
-                    {"name": "docker-run", "hostPath": {"path": run_dir, "type": "Directory"}},
+                    {"name": f"host-{i}", "hostPath": {"path": d, "type": "DirectoryOrCreate"}}
+                    for i, d in enumerate(directories)
                 ],
             },
         }
