@@ -79,7 +79,7 @@ class AuditLog:
     def mark(self) -> None:
         self.offset = self.path.stat().st_size if self.path.exists() else 0
 
-    def events(self, resource: str = "nodes") -> list[dict]:
+    def events(self, resource: str = "nodes", user: str = None) -> list[dict]:
         with open(self.path, "rb") as handle:
             handle.seek(self.offset)
             lines = handle.read().decode(errors="replace").splitlines()
@@ -89,12 +89,15 @@ class AuditLog:
                 event = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if event.get("stage") == "ResponseComplete" and (event.get("objectRef") or {}).get("resource") == resource:
+            if event.get("stage") != "ResponseComplete" or (event.get("objectRef") or {}).get("resource") != resource:
+                continue
+            if user is None or (event.get("user") or {}).get("username") == user:
                 found.append(event)
         return found
 
-    def writes(self, resource: str = "nodes") -> int:
-        return sum(1 for e in self.events(resource) if e.get("verb") in self.WRITES)
+    def writes(self, resource: str = "nodes", user: str = None) -> int:
+        """Write requests; `user`: only those of that user (e.g. the admin kubeconfig gcu-stack uses)."""
+        return sum(1 for e in self.events(resource, user) if e.get("verb") in self.WRITES)
 
-    def conflicts(self, resource: str = "nodes") -> int:
-        return sum(1 for e in self.events(resource) if (e.get("responseStatus") or {}).get("code") == 409)
+    def conflicts(self, resource: str = "nodes", user: str = None) -> int:
+        return sum(1 for e in self.events(resource, user) if (e.get("responseStatus") or {}).get("code") == 409)
