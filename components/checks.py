@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .catalog import EXPORTER_NODE_PORT
 from .errors import BlueprintError
+from .images import check_images
 from .settings import NAMESPACE, StackSettings
 from .spec import deployed
 
@@ -74,3 +75,5 @@ def check(settings: StackSettings) -> None:
     problems = _nightingale(settings) + _volcano(settings) + _node_ports(settings)
     if problems:
         raise BlueprintError(problems, settings.source)
+    # Packages for the images to build are there, before any resource (seed: "cp: cannot stat").
+    check_images(settings.options.images, settings.options.registry_password, settings.project_dir, settings.secret_keys)

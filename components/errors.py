@@ -54,14 +54,14 @@ def _allowed_keys(model: type[BaseModel]) -> list[str]:
     return keys
 
 
-def _path(prefix: Sequence[str], loc: Sequence[Any]) -> str:
-    text = ".".join(prefix)
+def _path(prefix: str, loc: Sequence[Any]) -> str:
+    text = ""
     for part in loc:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
+    return prefix + text
 
 
-def describe(error: ValidationError, root: type[BaseModel], prefix: Sequence[str] = ()) -> list[str]:
+def describe(error: ValidationError, root: type[BaseModel], prefix: str = "") -> list[str]:
     """One line per problem: `<field path>: <what is wrong and what is allowed>`."""
     problems = []
     for item in error.errors(include_url=False):

@@ -216,11 +216,15 @@ def find_packages(options: ImagesOptions, project_dir: Path) -> tuple[dict[str, 
         where = f"{CONFIG_KEY}.{key}.build is true but"
         if len(matches) == 1:
             found[key] = matches[0]
-        elif not matches:
-            missing = "does not exist" if not directory.is_dir() else f"has no file matching {definition.package}"
+        elif not directory.is_dir():
             problems.append(
-                f"{where} the package directory {directory} ({CONFIG_KEY}.packageDir) {missing}: the {key} image "
-                f"needs {definition.package}; {definition.source}"
+                f"{where} the package directory {directory} ({CONFIG_KEY}.packageDir) does not exist; "
+                f"it must hold {definition.package} for the {key} image: {definition.source}"
+            )
+        elif not matches:
+            problems.append(
+                f"{where} {directory} ({CONFIG_KEY}.packageDir) has no {definition.package} for the {key} image: "
+                f"{definition.source}"
             )
         else:
             names = ", ".join(m.name for m in matches)
@@ -252,11 +256,15 @@ def check_images(
 
 
 def _sync_file(source: Path, target: Path, *, link: bool) -> None:
-    """Make `target` a copy (or hard link) of `source`, leaving it alone when already the same."""
+    """Make `target` a hard link to `source` (when `link` and the filesystem allows) or a copy.
+
+    Left alone when it already is that file, or a copy of the same size and mtime
+    (copy2 keeps mtimes), so a package is not copied again on every run.
+    """
     if target.exists():
         have, want = target.stat(), source.stat()
-        if (have.st_ino == want.st_ino and have.st_dev == want.st_dev) or (
-            not link and have.st_size == want.st_size and have.st_mtime_ns == want.st_mtime_ns
+        if (have.st_ino, have.st_dev) == (want.st_ino, want.st_dev) or (
+            (have.st_size, have.st_mtime_ns) == (want.st_size, want.st_mtime_ns)
         ):
             return
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -284,6 +292,8 @@ def stage_context(definition: ImageDef, package: Path, root: Path) -> Path:
     wanted[context / PACKAGES_SUBDIR / package.name] = (package, True)
     for target, (source, link) in wanted.items():
         _sync_file(source, target, link=link)
+        if not link:  # the same modes whatever the checkout did: COPY keeps them
+            target.chmod(0o755 if target.suffix == ".sh" else 0o644)
     for existing in sorted(context.rglob("*"), reverse=True):
         if existing.is_file() and existing not in wanted:
             existing.unlink()

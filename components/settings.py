@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import BlueprintError, describe
+from .images import ImagesOptions
 from .spec import GcuResource
 
 NAMESPACE = "gcu-stack"
@@ -111,6 +112,10 @@ class Options(BaseModel):
     gcushare_scheduler_node_port: int = Field(32766, alias="gcushareSchedulerNodePort", ge=30000, le=32767)
     volcano_chart: VolcanoChartOptions = Field(default_factory=VolcanoChartOptions, alias="volcanoChart")
     docker_runtime: DockerRuntimeOptions = Field(default_factory=DockerRuntimeOptions, alias="dockerRuntime")
+    # Component images to build from images/ (gcu-operator's config.json): components/images.py.
+    images: ImagesOptions = Field(default_factory=ImagesOptions, alias="images")
+    # Set with `pulumi config set --secret`; the password for images pushed with push: true.
+    registry_password: Optional[str] = Field(None, alias="registryPassword", repr=False)
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,7 @@ def _options(config: Mapping[str, Any]) -> Options:
     try:
         return Options.model_validate(values)
     except ValidationError as error:
-        raise BlueprintError(describe(error, Options, (NAMESPACE,)), "stack config") from None
+        raise BlueprintError(describe(error, Options, f"{NAMESPACE}:"), "stack config") from None
 
 
 def _parse_file(path: Path) -> Any:

@@ -10,6 +10,7 @@ from . import catalog, manifests
 from .chain import nearest_deployed
 from .component import GcuComponent
 from .hoststate.provider import DockerRuntime, GcuNodes
+from .images import declare_images, use_built_images
 from .k8s import declare
 from .resolve import ResolvedComponent, resolve
 from .settings import Options, StackSettings
@@ -99,6 +100,12 @@ class GcuStack(pulumi.ComponentResource):
         super().__init__("gcu:stack:GcuResource", instance, None, pulumi.ResourceOptions(providers=[provider]))
 
         resolved = deployed_components(resource.spec)
+        # A component whose image is built here runs that build (by digest), not its spec's image.
+        images = declare_images(
+            options.images, options.registry_password, settings.project_dir,
+            parent=self, deployed={c.definition.key for c in resolved},
+        )
+        resolved = use_built_images(resolved, images)
         namespaces = self._namespaces(resolved, instance)
         present = {c.definition.key for c in resolved}
         gates: dict[str, list[pulumi.Resource]] = {}

@@ -98,12 +98,12 @@ def test_empty_spec_declares_no_provider_resources():
 @pytest.mark.parametrize(
     "config, expected",
     [
-        ({"dockerRuntime": {"mode": "bounce"}}, "gcu-stack.dockerRuntime.mode: must be one of reload, restart, none"),
-        ({"dockerRuntime": {"daemonJson": "etc/docker/daemon.json"}}, "gcu-stack.dockerRuntime.daemonJson"),
+        ({"dockerRuntime": {"mode": "bounce"}}, "gcu-stack:dockerRuntime.mode: must be one of reload, restart, none"),
+        ({"dockerRuntime": {"daemonJson": "etc/docker/daemon.json"}}, "gcu-stack:dockerRuntime.daemonJson"),
         ({"dockerRuntime": {"dockerHost": "tcp://1.2.3.4:2375"}}, "only unix:///path sockets"),
-        ({"dockerRuntime": {"restartDocker": True}}, "gcu-stack.dockerRuntime.restartDocker: unknown field"),
+        ({"dockerRuntime": {"restartDocker": True}}, "gcu-stack:dockerRuntime.restartDocker: unknown field"),
         ({"gcuNodes": {"driverLabel": "enflame.com/driver"}}, "expected key=value"),
-        ({"gcuNodes": {"nodes": ["a"]}}, "gcu-stack.gcuNodes.nodes: unknown field (did you mean names?)"),
+        ({"gcuNodes": {"nodes": ["a"]}}, "gcu-stack:gcuNodes.nodes: unknown field (did you mean names?)"),
     ],
 )
 def test_bad_provider_settings_name_the_setting(config, expected):

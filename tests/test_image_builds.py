@@ -1,0 +1,152 @@
+"""Every component image really built by a private dockerd, then run. Never skipped.
+
+The base image is a Debian bookworm minbase root filesystem from debootstrap
+(installed via apt when missing; the tarball is cached under
+~/.cache/gcu-stack/rootfs-bookworm-<hash>/), imported as BASE_IMAGE. Enflame's
+packages are replaced by stand-ins (devtools/imagebuild.py). Each build gets the
+build arguments the pulumi-docker Image gets (components.images.BuildSpec).
+"""
+
+import json
+import time
+
+import pytest
+
+from components import catalog
+from components.hoststate.transports import ENTRYPOINT as RUNTIME_HOST
+from components.images import DEFS
+from devtools import imagebuild
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def dockerd(tmp_path_factory):
+    with imagebuild.build_daemon(tmp_path_factory.mktemp("dockerd")) as daemon:
+        print(f"dockerd {daemon.server_version}, storage driver {daemon.storage_driver}")
+        yield daemon
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    return tmp_path_factory.mktemp("project")
+
+
+@pytest.fixture(scope="module")
+def builds(dockerd, project):
+    specs = imagebuild.prepare(dockerd, project)
+    cold = imagebuild.build_all(dockerd, specs)
+    warm = imagebuild.build_all(dockerd, specs)
+    for spec in specs:
+        print(f"{spec.key:18} cold {cold.per_image[spec.key]:6.2f}s  warm {warm.per_image[spec.key]:5.2f}s")
+    print(f"{'all images':18} cold {cold.total:6.2f}s  warm {warm.total:5.2f}s  ratio {warm.total / cold.total:.2f}")
+    return {spec.key: spec for spec in specs}, cold, warm
+
+
+def run(dockerd, image, *args, entrypoint=None, check=True):
+    options = ["--entrypoint", entrypoint] if entrypoint else []
+    return dockerd.docker("run", "--rm", "--network", "none", *options, image, *args, check=check, timeout=60)
+
+
+def inspect(dockerd, image):
+    return json.loads(dockerd.docker("image", "inspect", image).stdout)[0]
+
+
+def catalog_containers(key):
+    (definition,) = [d for d in vars(catalog).values() if isinstance(d, catalog.ComponentDef) and d.key == key]
+    return [c for w in definition.workloads for c in w.containers]
+
+
+def test_every_component_image_is_built(builds):
+    specs, _, _ = builds
+    assert list(specs) == list(DEFS)
+
+
+@pytest.mark.parametrize("key", list(DEFS))
+def test_the_workload_executable_is_where_the_workload_expects_it(builds, dockerd, key):
+    image = builds[0][key].image_name
+    assert inspect(dockerd, image)["Config"]["Entrypoint"] == [DEFS[key].entrypoint]
+    for container in catalog_containers(key):
+        # A container without a command runs the image's entrypoint; one with a command runs that.
+        executable = container.command[0] if container.command else DEFS[key].entrypoint
+        found = run(dockerd, image, "-c", 'command -v "$0"', executable, entrypoint="/bin/sh", check=False)
+        assert found.returncode == 0, f"{container.name}: {executable} is not in {image}"
+        assert run(dockerd, image, "-c", 'test -x "$(command -v "$0")"', executable, entrypoint="/bin/sh", check=False).returncode == 0
+    answer = run(dockerd, image, "--help")
+    assert "Usage" in answer.stdout, answer.stdout
+
+
+def test_activation_pod_command_runs_in_the_toolkit_image(builds, dockerd):
+    # components/hoststate/transports.py runs `python3 /opt/gcu-stack/runtime_host.py ...` from it.
+    answer = run(dockerd, builds[0]["toolkit"].image_name, RUNTIME_HOST, "--help", entrypoint="python3")
+    assert "activate" in answer.stdout
+
+
+def wait_for(predicate, seconds=30.0):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def started(dockerd, image, *options):
+    return dockerd.docker("run", "-d", "--network", "none", *options, image).stdout.strip()
+
+
+def stops_promptly(dockerd, container):
+    assert dockerd.docker("inspect", "-f", "{{.State.Running}}", container).stdout.strip() == "true"
+    began = time.monotonic()
+    dockerd.docker("stop", "-t", "10", container)
+    took = time.monotonic() - began
+    code = dockerd.docker("inspect", "-f", "{{.State.ExitCode}}", container).stdout.strip()
+    dockerd.docker("rm", container)
+    assert took < 5 and code == "0", f"stopped in {took:.1f}s with exit code {code}: SIGTERM not handled"
+
+
+def test_toolkit_entrypoint_installs_the_runtime_activates_it_and_stays_up(builds, dockerd, tmp_path):
+    # The node, as the DaemonSet mounts it: /usr/local/enflame and docker's directory under /host.
+    host = tmp_path / "host"
+    (host / "etc" / "docker").mkdir(parents=True)
+    (host / "etc" / "docker" / "daemon.json").write_text('{"log-level": "warn"}\n')
+    runtime = "/usr/local/enflame/bin/enflame-container-runtime"
+    container = started(
+        dockerd, builds[0]["toolkit"].image_name, "-v", f"{host}:/host",
+        "-e", "RUNTIME_ACTIVATION=none", "-e", f"ENFLAME_RUNTIME_PATH={runtime}",
+        "-e", "DAEMON_JSON=/host/etc/docker/daemon.json", "-e", "NODE_NAME=gcu-node-1",
+    )
+    daemon_json = host / "etc" / "docker" / "daemon.json"
+    wait_for(lambda: "enflame" in daemon_json.read_text())
+    config = json.loads(daemon_json.read_text())
+    assert config == {"log-level": "warn", "runtimes": {"enflame": {"path": runtime}}, "default-runtime": "enflame"}
+    assert (host / runtime.lstrip("/")).stat().st_mode & 0o111
+    assert (host / "usr/local/enflame/bin/enflame-container-runtime-hook").exists()
+    time.sleep(1)  # past activation: still up
+    stops_promptly(dockerd, container)
+
+
+def test_driver_entrypoint_installs_and_stays_up(builds, dockerd):
+    container = started(dockerd, builds[0]["driver"].image_name)
+    wait_for(lambda: "gcu-driver: installed" in dockerd.docker("logs", container).stdout)
+    stops_promptly(dockerd, container)
+
+
+def test_scheduler_extender_runs_as_a_numeric_non_root_user(builds, dockerd):
+    # Its Deployment meets Pod Security "restricted" (runAsNonRoot needs a numeric user to check).
+    assert all(c.restricted for c in catalog_containers("gcushareScheduler"))
+    assert inspect(dockerd, builds[0]["gcushareScheduler"].image_name)["Config"]["User"] == "65534:65534"
+
+
+def test_a_rebuild_without_changes_takes_a_fraction_of_the_first_build(builds):
+    _, cold, warm = builds
+    assert warm.total < 0.5 * cold.total, f"cold {cold.total:.2f}s, warm {warm.total:.2f}s"
+
+
+def test_image_id_changes_exactly_when_the_package_changes(builds, dockerd, project):
+    # The image ID is what a local-only Image's repoDigest holds, hence what rolls the workload.
+    specs = builds[0]
+    before = {key: inspect(dockerd, spec.image_name)["Id"] for key, spec in specs.items()}
+    imagebuild.write_standins(project / "packages", ["exporter"], revision=1)
+    for spec in imagebuild.stage(project):
+        imagebuild.docker_build(dockerd, spec)
+    after = {key: inspect(dockerd, spec.image_name)["Id"] for key, spec in specs.items()}
+    assert [key for key in specs if before[key] != after[key]] == ["exporter"]
