@@ -47,9 +47,14 @@ def spawn(argv: Sequence[str], log_path: Path, *, detach: bool, env: Optional[di
           cwd: Optional[Path] = None) -> subprocess.Popen:
     """Start a server process in its own session, stdout+stderr appended to log_path.
 
-    detach=False: the process gets SIGKILL when the spawning thread dies (PDEATHSIG),
-    so a crashed test run leaves no strays. detach=True: it outlives this process.
+    detach=False: when called from the main thread, the process gets SIGKILL if this
+    Python process dies (PR_SET_PDEATHSIG), so a crashed test run leaves no strays.
+    (PDEATHSIG fires when the *forking thread* exits, so it is not set when spawning
+    from another thread; atexit/stop() still clean up there.)
+    detach=True: it outlives this process.
     """
+    import threading
+    pdeath = not detach and threading.current_thread() is threading.main_thread()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab", buffering=0)
     log.write(f"\n==== {time.strftime('%H:%M:%S')} exec: {' '.join(map(str, argv))}\n".encode())
@@ -58,7 +63,7 @@ def spawn(argv: Sequence[str], log_path: Path, *, detach: bool, env: Optional[di
             [str(a) for a in argv],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             env=env, cwd=cwd, start_new_session=True, close_fds=True,
-            preexec_fn=None if detach else _die_with_parent,
+            preexec_fn=_die_with_parent if pdeath else None,
         )
     finally:
         log.close()

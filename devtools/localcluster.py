@@ -54,6 +54,7 @@ KWOK_VERSION = os.environ.get("GCU_KWOK_VERSION", "v0.8.0")
 CONTEXT_NAME = "gcu-local"
 ADMIN_USER = "admin"                       # user of the admin kubeconfig (group system:masters)
 KWOK_USER = "kwok-controller"              # group system:masters
+SETUP_USER = "gcu-local-setup"             # LocalCluster's own calls (nodes, readiness); system:masters
 CM_USER = "system:kube-controller-manager"  # bound by the bootstrap RBAC policy
 SCHED_USER = "system:kube-scheduler"        # bound by the bootstrap RBAC policy
 
@@ -350,8 +351,10 @@ class LocalCluster:
 
     @property
     def api(self) -> Api:
+        """REST client used by LocalCluster itself (user gcu-local-setup, so the admin
+        user's audit counts only show what the code under test did)."""
         if self._api is None:
-            self._api = Api(self.ports["apiserver"], self.tokens["admin"], Path(self.ca_file))
+            self._api = Api(self.ports["apiserver"], self.tokens["setup"], Path(self.ca_file))
         return self._api
 
     def log_path(self, component: str) -> str:
@@ -406,10 +409,11 @@ class LocalCluster:
                 parts = line.split(",")
                 if len(parts) >= 3:
                     self.tokens[parts[2]] = parts[0]
-        for ident in ("admin", "kwok", "controller-manager", "scheduler"):
+        for ident in ("admin", "setup", "kwok", "controller-manager", "scheduler"):
             self.tokens.setdefault(ident, secrets.token_hex(24))
         rows = [
             f'{self.tokens["admin"]},{ADMIN_USER},admin,"system:masters"',
+            f'{self.tokens["setup"]},{SETUP_USER},setup,"system:masters"',
             f'{self.tokens["kwok"]},{KWOK_USER},kwok,"system:masters"',
             f'{self.tokens["controller-manager"]},{CM_USER},controller-manager',
             f'{self.tokens["scheduler"]},{SCHED_USER},scheduler',

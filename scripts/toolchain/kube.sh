@@ -119,32 +119,31 @@ kube_step() {
   # GOPATH layout expected by hack/lib/golang.sh for the 1.20 tree.
   mkdir -p "$src/.go/src/k8s.io"
   ln -sfn "$src" "$src/.go/src/k8s.io/kubernetes"
-  local what="" b
+  # One make call per binary (prints per-binary timing; later ones reuse the Go build
+  # cache of the earlier ones, so only the first pays for the shared packages).
+  local b t0 out cand
   for b in "${KUBE_BINS[@]}"; do
-    [ -x "$K8S_BIN/$b" ] || what="$what cmd/$b"
-  done
-  what="${what# }"
-  echo "    make WHAT=\"$what\" with $("$OLD_GO_BIN/go" version)"
-  (
-    cd "$src/.go/src/k8s.io/kubernetes"
-    export GOPATH="$src/.go"
-    export PATH="$OLD_GO_BIN:$PATH"
-    export GOTOOLCHAIN=local GOFLAGS= GO111MODULE=
-    # No .git in the Debian tree: give the version explicitly so /version reports it.
-    export KUBE_GIT_VERSION="v$K8S_VERSION" KUBE_GIT_TREE_STATE=clean \
-           KUBE_GIT_COMMIT="debian-$K8S_VERSION" KUBE_GIT_MAJOR=1 \
-           KUBE_GIT_MINOR="$(echo "$K8S_VERSION" | cut -d. -f2)"
-    make WHAT="$what"
-  ) || die "make WHAT=\"$what\" failed"
-  local out
-  for b in "${KUBE_BINS[@]}"; do
-    [ -x "$K8S_BIN/$b" ] && continue
+    [ -x "$K8S_BIN/$b" ] && { echo "    $b: cached"; continue; }
+    t0=$(date +%s)
+    echo "    make WHAT=cmd/$b  ($("$OLD_GO_BIN/go" version))"
+    (
+      cd "$src/.go/src/k8s.io/kubernetes"
+      export GOPATH="$src/.go"
+      export PATH="$OLD_GO_BIN:$PATH"
+      export GOTOOLCHAIN=local GOFLAGS= GO111MODULE=
+      # No .git in the Debian tree: give the version explicitly so /version reports it.
+      export KUBE_GIT_VERSION="v$K8S_VERSION" KUBE_GIT_TREE_STATE=clean \
+             KUBE_GIT_COMMIT="debian-$K8S_VERSION" KUBE_GIT_MAJOR=1 \
+             KUBE_GIT_MINOR="$(echo "$K8S_VERSION" | cut -d. -f2)"
+      make WHAT="cmd/$b"
+    ) || die "make WHAT=cmd/$b failed (Go: $OLD_GO_BIN/go; Go >= 1.23 cannot build this 1.20 tree)"
     out=""
     for cand in "$src/_output/bin/$b" "$src/_output/local/bin/linux/amd64/$b" "$src/_output/local/go/bin/$b"; do
       if [ -x "$cand" ]; then out="$cand"; break; fi
     done
     [ -n "$out" ] || die "build did not produce $b (look in $src/_output)"
     cp -f "$out" "$K8S_BIN/$b.tmp" && mv -f "$K8S_BIN/$b.tmp" "$K8S_BIN/$b"
+    echo "    $b built in $(( $(date +%s) - t0 ))s"
   done
   "$K8S_BIN/kube-apiserver" --version
   step_done
@@ -227,7 +226,7 @@ summary_step() {
   step "summary"
   echo "    etcd:            $(command -v etcd || echo MISSING) ($(etcd --version 2>/dev/null | head -n1 || true))"
   echo "    dockerd:         $(command -v dockerd || echo MISSING)"
-  echo "    docker CLI:      $(command -v docker || echo MISSING)"
+  echo "    docker CLI:      $( [ -x /usr/bin/docker ] && echo "/usr/bin/docker (Debian 20.10, used by devtools)" || echo MISSING); first in PATH: $(command -v docker || true)"
   echo "    runc:            $(command -v runc || echo MISSING)"
   echo "    busybox static:  $( [ -x /bin/busybox ] && echo /bin/busybox || echo MISSING)"
   for b in "${KUBE_BINS[@]}"; do echo "    $b: $K8S_BIN/$b"; done
