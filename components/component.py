@@ -113,7 +113,9 @@ class GcuComponent(pulumi.ComponentResource):
             service = workload.definition.service
             if service is not None:
                 node_port = service.node_port or (getattr(options, service.node_port_option) if service.node_port_option else None)
-                self._declare(Planned(f"{key}-service{suffix}", manifests.service_manifest(component, workload, instance, node_port), base))
+                # After its workload: a Service is ready once it has endpoints, which need ready pods.
+                manifest = manifests.service_manifest(component, workload, instance, node_port)
+                self._declare(Planned(f"{key}-service{suffix}", manifest, base + [resource]))
 
         for release in extras.releases:
             resource = self._release(key, release, first)

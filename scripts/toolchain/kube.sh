@@ -91,10 +91,30 @@ apt_step() {
 }
 
 # ------------------------------------------------------------ kubernetes build
+# Binaries are rebuilt when this changes (patches applied to the Debian source tree).
+K8S_BUILD_ID="reflect2-v1.0.2"
+
 kube_have_all() {
   local b
+  [ "$(cat "$K8S_BIN/.build-id" 2>/dev/null)" = "$K8S_BUILD_ID" ] || return 1
   for b in "${KUBE_BINS[@]}"; do [ -x "$K8S_BIN/$b" ] || return 1; done
   return 0
+}
+
+patch_reflect2() {
+  # The 1.20 tree vendors modern-go/reflect2 v1.0.1, whose map iteration segfaults when built
+  # with Go >= 1.18 (seen: kube-apiserver dies with SIGSEGV in json-iterator's sorted map
+  # encoder on the first custom-resource PATCH). v1.0.2 is the upstream fix (Kubernetes 1.23
+  # took it); swap it into vendor/ from the Go module proxy.
+  local src="$1" vendor="$1/vendor/github.com/modern-go/reflect2" dir
+  grep -q "=> github.com/modern-go/reflect2 v1.0.2" "$src/vendor/modules.txt" && return 0
+  dir=$(cd /tmp && GOTOOLCHAIN=local GOFLAGS=-mod=mod "$MODERN_GO" mod download -json github.com/modern-go/reflect2@v1.0.2 | jq -r .Dir)
+  [ -d "$dir" ] || die "could not download github.com/modern-go/reflect2@v1.0.2"
+  rm -rf "$vendor" && mkdir -p "$vendor"
+  (cd "$dir" && find . -maxdepth 1 -type f \( -name '*.go' -o -name '*.s' -o -name LICENSE \) ! -name '*_test.go' -exec cp {} "$vendor/" \;)
+  chmod -R u+w "$vendor"
+  sed -i 's#github.com/modern-go/reflect2 v1.0.1#github.com/modern-go/reflect2 v1.0.2#g' "$src/go.mod" "$src/vendor/modules.txt"
+  echo "    patched vendor/github.com/modern-go/reflect2 to v1.0.2"
 }
 
 kube_step() {
@@ -116,6 +136,10 @@ kube_step() {
     *) die "source tree $src does not look like version $K8S_VERSION (set K8S_VERSION)";;
   esac
   echo "    source tree: $src"
+  patch_reflect2 "$src"
+  if [ "$(cat "$K8S_BIN/.build-id" 2>/dev/null)" != "$K8S_BUILD_ID" ]; then
+    rm -f "${KUBE_BINS[@]/#/$K8S_BIN/}"
+  fi
   # GOPATH layout expected by hack/lib/golang.sh for the 1.20 tree.
   mkdir -p "$src/.go/src/k8s.io"
   ln -sfn "$src" "$src/.go/src/k8s.io/kubernetes"
@@ -145,6 +169,7 @@ kube_step() {
     cp -f "$out" "$K8S_BIN/$b.tmp" && mv -f "$K8S_BIN/$b.tmp" "$K8S_BIN/$b"
     echo "    $b built in $(( $(date +%s) - t0 ))s"
   done
+  echo "$K8S_BUILD_ID" > "$K8S_BIN/.build-id"
   "$K8S_BIN/kube-apiserver" --version
   step_done
 }
