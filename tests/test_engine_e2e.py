@@ -1,0 +1,301 @@
+"""End to end with the real engine: pulumi preview, up, refresh and destroy of the real program
+against a real kube-apiserver (kwok-simulated nodes) and a real dockerd.
+
+The scenarios run in order on one stack, as an operator would: each builds on the last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pulumi import automation as auto
+
+from components.hoststate.cluster import core_api
+from realservers import PROJECT_DIR, AuditLog, start_dockerd, stop_dockerd
+
+NFD = "feature.node.kubernetes.io/pci-1e36.present"
+DRIVER = "enflame.com/gcu.driver.present"
+MANAGED = "enflame.com/gcu.deploy.exporter"
+GCU_NODES = ["gcu-node-1", "gcu-node-2"]
+NODES = [
+    ("gcu-node-1", {NFD: "true", DRIVER: "true", "team": "gcu"}),
+    ("gcu-node-2", {NFD: "true", DRIVER: "true", "team": "gcu"}),
+    ("cpu-node-1", {"team": "cpu"}),
+]
+# A node's docker config as an operator left it: odd formatting, unrelated keys.
+ORIGINAL = b'{\n  "log-level": "warn",\n    "labels": ["site=lab"]\n}\n'
+SEED = json.loads((PROJECT_DIR / "blueprints" / "gcu-resource.json").read_text())
+PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "blueprints", "policies")
+ADMIN = "admin"
+
+
+@dataclass
+class E2E:
+    cluster: object
+    dockerd: object
+    stack: auto.Stack
+    root: Path
+    policy_config: Path
+
+    @property
+    def api(self):
+        return core_api(self.cluster.kubeconfig, None)
+
+    def preview(self, **kwargs) -> tuple[auto.PreviewResult, list]:
+        events: list = []
+        result = self.stack.preview(
+            policy_packs=[str(self.root / "project" / "policies")],
+            policy_pack_configs=[str(self.policy_config)],
+            on_event=events.append,
+            **kwargs,
+        )
+        return result, events
+
+    def kubectl(self, *args: str) -> str:
+        return self.cluster.kubectl(*args).stdout
+
+
+def pulumi_env(home: Path, backend: Path) -> dict[str, str]:
+    exports = subprocess.run(
+        [str(PROJECT_DIR / "scripts" / "toolchain" / "pulumi.sh"), "env"], capture_output=True, text=True, check=True
+    ).stdout
+    env = {}
+    for line in exports.splitlines():
+        if line.startswith("export "):
+            key, _, value = line[len("export "):].partition("=")
+            env[key] = os.path.expandvars(value.strip('"'))
+    cli = Path(env["PATH"].split(":")[0]) / "pulumi"
+    assert cli.exists(), f"no Pulumi CLI at {cli}: run scripts/toolchain.sh"
+    subprocess.run([str(PROJECT_DIR / "scripts" / "toolchain" / "pulumi.sh"), "install-plugins", str(home)], check=True)
+    env.update(
+        {
+            "PULUMI_HOME": str(home),
+            "PULUMI_BACKEND_URL": f"file://{backend}",
+            "PULUMI_CONFIG_PASSPHRASE": "e2e-passphrase",
+        }
+    )
+    return env
+
+
+def stack_config(cluster, dockerd) -> dict[str, auto.ConfigValue]:
+    runtime = {
+        "transport": "local",
+        "mode": "reload",
+        "daemonJson": str(dockerd.config_file),
+        "dockerHost": dockerd.host,
+        "pidFile": str(dockerd.pidfile),
+        # The real runc under the enflame name: containers keep starting after activation.
+        "runtimePath": dockerd.runc_path,
+    }
+    return {
+        "gcu-stack:blueprint": auto.ConfigValue("blueprints/gcu-resource.json"),
+        "gcu-stack:kubeconfig": auto.ConfigValue(cluster.kubeconfig),
+        "gcu-stack:dockerRuntime": auto.ConfigValue(json.dumps(runtime)),
+    }
+
+
+def write_policy_config(path: Path, dockerd) -> None:
+    # The test's docker lives under temporary directories: allow exactly those for the toolkit.
+    docker_dirs = sorted({str(Path(dockerd.config_file).parent), str(Path(dockerd.host[len("unix://"):]).parent)})
+    path.write_text(
+        json.dumps(
+            {
+                "host-paths-allowed": {
+                    "allowedHostPaths": {"toolkit": ["/usr/local/enflame", "/var/log/topscloud", *docker_dirs]}
+                }
+            }
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def e2e(tmp_path_factory):
+    from devtools.localcluster import LocalCluster
+
+    root = tmp_path_factory.mktemp("e2e")
+    project = root / "project"
+    project.mkdir()
+    for name in PROJECT_FILES:
+        source = PROJECT_DIR / name
+        (shutil.copytree if source.is_dir() else shutil.copy2)(source, project / name, **({"ignore": shutil.ignore_patterns(".venv", "__pycache__")} if source.is_dir() else {}))
+    (project / ".venv").symlink_to(PROJECT_DIR / ".venv")
+    (project / "policies" / ".venv").symlink_to(PROJECT_DIR / ".venv")
+
+    cluster = LocalCluster(root / "cluster", nodes=NODES).start()
+    dockerd = start_dockerd(root / "docker")
+    try:
+        Path(dockerd.config_file).write_text('{"default-runtime": "runc", "runtimes": {}}')
+        dockerd.reload()
+        Path(dockerd.config_file).write_bytes(ORIGINAL)
+        (root / "home").mkdir()
+        (root / "backend").mkdir()
+        workspace = auto.LocalWorkspace(
+            work_dir=str(project), pulumi_home=str(root / "home"), env_vars=pulumi_env(root / "home", root / "backend")
+        )
+        stack = auto.Stack.create("e2e", workspace)
+        stack.set_all_config(stack_config(cluster, dockerd))
+        policy_config = root / "policy-config.json"
+        write_policy_config(policy_config, dockerd)
+        yield E2E(cluster, dockerd, stack, root, policy_config)
+        try:
+            stack.destroy(on_output=lambda _: None)
+        except auto.CommandError:
+            pass
+    finally:
+        cluster.stop()
+        stop_dockerd(root / "docker")
+
+
+def outputs(stack: auto.Stack) -> dict:
+    return {k: v.value for k, v in stack.outputs().items()}
+
+
+KINDS = {
+    "DaemonSet": "daemonsets.apps",
+    "ConfigMap": "configmaps",
+    "ServiceAccount": "serviceaccounts",
+    "Service": "services",
+    "ClusterRole": "clusterroles.rbac.authorization.k8s.io",
+    "ClusterRoleBinding": "clusterrolebindings.rbac.authorization.k8s.io",
+    "CustomResourceDefinition": "customresourcedefinitions.apiextensions.k8s.io",
+}
+
+
+def ours(e2e: E2E, kind: str) -> list[dict]:
+    """gcu-stack's objects of one kind, cluster-wide."""
+    listed = e2e.kubectl("get", KINDS[kind], "--all-namespaces", "-l", "app.kubernetes.io/part-of=gcu-stack", "-o", "json")
+    return [dict(item, kind=kind) for item in json.loads(listed)["items"]]
+
+
+def node(api, name: str) -> dict:
+    return json.loads(api.read_node(name, _preload_content=False).data)["metadata"]
+
+
+def default_runtime(dockerd) -> str:
+    return dockerd.info()["DefaultRuntime"]
+
+
+def steps(events: list) -> dict[str, str]:
+    """URN -> operation from preview/update engine events."""
+    found = {}
+    for event in events:
+        pre = event.resource_pre_event
+        if pre is not None and pre.metadata is not None:
+            found[pre.metadata.urn] = str(pre.metadata.op.value if hasattr(pre.metadata.op, "value") else pre.metadata.op)
+    return found
+
+
+def test_1_preview_of_the_seed_blueprint_passes_the_policy_pack(e2e):
+    result, events = e2e.preview()
+    assert result.change_summary.get("create", 0) >= 20
+    # Policy packs report through the engine; no mandatory violation means the preview succeeded.
+    assert "mandatory" not in result.stdout
+    assert any(":DaemonSet::" in urn for urn in steps(events))
+
+
+def test_2_up_brings_every_component_to_ready(e2e):
+    e2e.stack.up(on_output=lambda _: None)
+    out = outputs(e2e.stack)
+    assert out["phase"] == "Running"
+    assert out["readyResource"] == "5/5"
+    assert out["clusterGCUNodes"] == GCU_NODES  # not cpu-node-1
+    assert {s["name"]: s["status"] for s in out["resourceStatuses"]} == dict.fromkeys(
+        ["nfd", "toolkit", "devicePlugin", "exporter", "gfd"], "Running"
+    )
+    for daemonset in ours(e2e, "DaemonSet"):
+        status = daemonset["status"]
+        assert status["numberReady"] == status["desiredNumberScheduled"] > 0, daemonset["metadata"]["name"]
+    gcu = [d for d in ours(e2e, "DaemonSet") if d["metadata"]["name"] == "enflame-gcu-exporter"][0]
+    assert gcu["status"]["desiredNumberScheduled"] == len(GCU_NODES)
+    assert default_runtime(e2e.dockerd) == "enflame"
+    for name in GCU_NODES:
+        assert node(e2e.api, name)["labels"]["enflame.com/gcu.present"] == "true"
+
+
+def test_3_second_up_changes_nothing(e2e):
+    result = e2e.stack.up(on_output=lambda _: None)
+    changes = {k: v for k, v in result.summary.resource_changes.items() if k != "same"}
+    assert changes == {}, changes
+
+
+def test_4_changing_only_the_exporter_version_updates_only_the_exporter(e2e):
+    before = {(o["kind"], o["metadata"]["name"]): o["metadata"] for kind in ("DaemonSet", "ConfigMap", "ServiceAccount", "ClusterRole", "Service") for o in ours(e2e, kind)}
+    spec = json.loads(json.dumps(SEED["spec"]))
+    spec["exporter"]["version"] = "2.1.0"
+    e2e.stack.remove_config("gcu-stack:blueprint")
+    e2e.stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(spec)))
+    preview, events = e2e.preview()
+    # The dynamic-provider host is configured with the stack's config, so a config edit shows
+    # as an update of that provider itself; no resource other than the exporter's changes.
+    changed = {urn for urn, op in steps(events).items() if op not in ("same", "read") and "::pulumi:providers:" not in urn}
+    assert changed == {u for u in changed if "exporter" in u}, changed
+    assert any(urn.endswith("DaemonSet::exporter-daemonset") for urn in changed)
+    e2e.stack.up(on_output=lambda _: None)
+    after = {(o["kind"], o["metadata"]["name"]): o["metadata"] for kind in ("DaemonSet", "ConfigMap", "ServiceAccount", "ClusterRole", "Service") for o in ours(e2e, kind)}
+    assert set(after) == set(before)
+    for key, meta in before.items():
+        if key == ("DaemonSet", "enflame-gcu-exporter"):
+            assert after[key]["generation"] == meta["generation"] + 1
+        elif key[0] == "DaemonSet":
+            assert after[key]["generation"] == meta["generation"], key
+        else:
+            assert after[key]["resourceVersion"] == meta["resourceVersion"], key
+    exporter = [d for d in ours(e2e, "DaemonSet") if d["metadata"]["name"] == "enflame-gcu-exporter"][0]
+    assert exporter["spec"]["template"]["spec"]["containers"][0]["image"].endswith("/gcu-exporter:2.1.0")
+    assert outputs(e2e.stack)["readyResource"] == "5/5"
+
+
+def test_5_refresh_shows_a_removed_managed_label_and_up_repairs_it(e2e):
+    e2e.kubectl("label", "node", "gcu-node-1", f"{MANAGED}-")
+    assert MANAGED not in node(e2e.api, "gcu-node-1")["labels"]
+    refreshed = e2e.stack.refresh(on_output=lambda _: None)
+    assert refreshed.summary.resource_changes.get("update", 0) >= 1
+    state = e2e.stack.export_stack().deployment["resources"]
+    (gcu_nodes,) = [r for r in state if r["type"] == "pulumi-python:dynamic/gcu:GcuNodes"]
+    assert f"gcu-node-1: managed label {MANAGED} was removed" in gcu_nodes["outputs"]["drift"]
+    repaired = e2e.stack.up(on_output=lambda _: None)
+    assert repaired.summary.resource_changes.get("update", 0) >= 1
+    assert node(e2e.api, "gcu-node-1")["labels"][MANAGED] == "true"
+
+
+def test_6_bad_blueprint_fails_preview_naming_the_field_and_changes_nothing(e2e):
+    good = e2e.stack.get_config("gcu-stack:spec")
+    spec = json.loads(good.value)
+    spec["exporter"]["imagePulPolicy"] = spec["exporter"].pop("imagePullPolicy")
+    e2e.stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(spec)))
+    audit = AuditLog(e2e.cluster.audit_log)
+    audit.mark()
+    try:
+        with pytest.raises(auto.CommandError) as caught:
+            e2e.preview()
+        assert "spec.exporter.imagePulPolicy: unknown field (did you mean imagePullPolicy?)" in str(caught.value)
+        with pytest.raises(auto.CommandError):
+            e2e.stack.up(on_output=lambda _: None)
+        time.sleep(1)
+        assert audit.writes(user=ADMIN) == 0
+        for resource in ("daemonsets", "configmaps", "services", "serviceaccounts"):
+            assert audit.writes(resource, user=ADMIN) == 0
+    finally:
+        e2e.stack.set_config("gcu-stack:spec", good)
+    assert outputs(e2e.stack)["readyResource"] == "5/5"
+
+
+def test_7_destroy_removes_everything_and_restores_the_nodes(e2e):
+    e2e.stack.destroy(on_output=lambda _: None)
+    for kind in ("DaemonSet", "ConfigMap", "ServiceAccount", "Service", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"):
+        assert ours(e2e, kind) == [], kind
+    for name, labels in NODES:
+        meta = node(e2e.api, name)
+        assert not [k for k in meta["labels"] if k.startswith("enflame.com/gcu.deploy.") or k == "enflame.com/gcu.present"], name
+        assert "gcu-stack.enflame.com/managed-labels" not in (meta.get("annotations") or {})
+        for key, value in labels.items():
+            assert meta["labels"][key] == value  # labels gcu-stack did not add are intact
+    assert Path(e2e.dockerd.config_file).read_bytes() == ORIGINAL
+    assert default_runtime(e2e.dockerd) == "runc"
