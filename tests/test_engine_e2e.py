@@ -7,9 +7,6 @@ The scenarios run in order on one stack, as an operator would: each builds on th
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +15,7 @@ import pytest
 from pulumi import automation as auto
 
 from components.hoststate.cluster import core_api
+from engine import prepare_stack
 from realservers import PROJECT_DIR, AuditLog, start_dockerd, stop_dockerd
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
@@ -32,7 +30,6 @@ NODES = [
 # A node's docker config as an operator left it: odd formatting, unrelated keys.
 ORIGINAL = b'{\n  "log-level": "warn",\n    "labels": ["site=lab"]\n}\n'
 SEED = json.loads((PROJECT_DIR / "blueprints" / "gcu-resource.json").read_text())
-PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "blueprints", "policies")
 ADMIN = "admin"
 
 
@@ -62,87 +59,18 @@ class E2E:
         return self.cluster.kubectl(*args).stdout
 
 
-def pulumi_env(home: Path, backend: Path) -> dict[str, str]:
-    exports = subprocess.run(
-        [str(PROJECT_DIR / "scripts" / "toolchain" / "pulumi.sh"), "env"], capture_output=True, text=True, check=True
-    ).stdout
-    env = {}
-    for line in exports.splitlines():
-        if line.startswith("export "):
-            key, _, value = line[len("export "):].partition("=")
-            env[key] = os.path.expandvars(value.strip('"'))
-    cli = Path(env["PATH"].split(":")[0]) / "pulumi"
-    assert cli.exists(), f"no Pulumi CLI at {cli}: run scripts/toolchain.sh"
-    subprocess.run([str(PROJECT_DIR / "scripts" / "toolchain" / "pulumi.sh"), "install-plugins", str(home)], check=True)
-    env.update(
-        {
-            "PULUMI_HOME": str(home),
-            "PULUMI_BACKEND_URL": f"file://{backend}",
-            "PULUMI_CONFIG_PASSPHRASE": "e2e-passphrase",
-        }
-    )
-    return env
-
-
-def stack_config(cluster, dockerd) -> dict[str, auto.ConfigValue]:
-    runtime = {
-        "transport": "local",
-        "mode": "reload",
-        "daemonJson": str(dockerd.config_file),
-        "dockerHost": dockerd.host,
-        "pidFile": str(dockerd.pidfile),
-        # The real runc under the enflame name: containers keep starting after activation.
-        "runtimePath": dockerd.runc_path,
-    }
-    return {
-        "gcu-stack:blueprint": auto.ConfigValue("blueprints/gcu-resource.json"),
-        "gcu-stack:kubeconfig": auto.ConfigValue(cluster.kubeconfig),
-        "gcu-stack:dockerRuntime": auto.ConfigValue(json.dumps(runtime)),
-    }
-
-
-def write_policy_config(path: Path, dockerd) -> None:
-    # The test's docker lives under temporary directories: allow exactly those for the toolkit.
-    docker_dirs = sorted({str(Path(dockerd.config_file).parent), str(Path(dockerd.host[len("unix://"):]).parent)})
-    path.write_text(
-        json.dumps(
-            {
-                "host-paths-allowed": {
-                    "allowedHostPaths": {"toolkit": ["/usr/local/enflame", "/var/log/topscloud", *docker_dirs]}
-                }
-            }
-        )
-    )
-
-
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory):
     from devtools.localcluster import LocalCluster
 
     root = tmp_path_factory.mktemp("e2e")
-    project = root / "project"
-    project.mkdir()
-    for name in PROJECT_FILES:
-        source = PROJECT_DIR / name
-        (shutil.copytree if source.is_dir() else shutil.copy2)(source, project / name, **({"ignore": shutil.ignore_patterns(".venv", "__pycache__")} if source.is_dir() else {}))
-    (project / ".venv").symlink_to(PROJECT_DIR / ".venv")
-    (project / "policies" / ".venv").symlink_to(PROJECT_DIR / ".venv")
-
     cluster = LocalCluster(root / "cluster", nodes=NODES).start()
     dockerd = start_dockerd(root / "docker")
     try:
         Path(dockerd.config_file).write_text('{"default-runtime": "runc", "runtimes": {}}')
         dockerd.reload()
         Path(dockerd.config_file).write_bytes(ORIGINAL)
-        (root / "home").mkdir()
-        (root / "backend").mkdir()
-        workspace = auto.LocalWorkspace(
-            work_dir=str(project), pulumi_home=str(root / "home"), env_vars=pulumi_env(root / "home", root / "backend")
-        )
-        stack = auto.Stack.create("e2e", workspace)
-        stack.set_all_config(stack_config(cluster, dockerd))
-        policy_config = root / "policy-config.json"
-        write_policy_config(policy_config, dockerd)
+        stack, policy_config = prepare_stack(root, cluster, dockerd)
         yield E2E(cluster, dockerd, stack, root, policy_config)
         try:
             stack.destroy(on_output=lambda _: None)

@@ -1,0 +1,100 @@
+"""A throwaway copy of the project as a Pulumi stack driven by the Automation API.
+
+The stack uses the toolchain's CLI and plugins, a temporary PULUMI_HOME, a local file
+backend and a passphrase secrets provider; it targets a given cluster and dockerd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from pulumi import automation as auto
+
+from realservers import PROJECT_DIR
+
+PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "blueprints", "policies")
+TOOLCHAIN = PROJECT_DIR / "scripts" / "toolchain" / "pulumi.sh"
+
+
+def pulumi_env(home: Path, backend: Path) -> dict[str, str]:
+    exports = subprocess.run(
+        [str(TOOLCHAIN), "env"], capture_output=True, text=True, check=True
+    ).stdout
+    env = {}
+    for line in exports.splitlines():
+        if line.startswith("export "):
+            key, _, value = line[len("export "):].partition("=")
+            env[key] = os.path.expandvars(value.strip('"'))
+    cli = Path(env["PATH"].split(":")[0]) / "pulumi"
+    assert cli.exists(), f"no Pulumi CLI at {cli}: run scripts/toolchain.sh"
+    subprocess.run([str(TOOLCHAIN), "install-plugins", str(home)], check=True)
+    env.update(
+        {
+            "PULUMI_HOME": str(home),
+            "PULUMI_BACKEND_URL": f"file://{backend}",
+            "PULUMI_CONFIG_PASSPHRASE": "e2e-passphrase",
+        }
+    )
+    return env
+
+
+def stack_config(cluster, dockerd) -> dict[str, auto.ConfigValue]:
+    runtime = {
+        "transport": "local",
+        "mode": "reload",
+        "daemonJson": str(dockerd.config_file),
+        "dockerHost": dockerd.host,
+        "pidFile": str(dockerd.pidfile),
+        # The real runc under the enflame name: containers keep starting after activation.
+        "runtimePath": dockerd.runc_path,
+    }
+    return {
+        "gcu-stack:blueprint": auto.ConfigValue("blueprints/gcu-resource.json"),
+        "gcu-stack:kubeconfig": auto.ConfigValue(cluster.kubeconfig),
+        "gcu-stack:dockerRuntime": auto.ConfigValue(json.dumps(runtime)),
+    }
+
+
+def write_policy_config(path: Path, dockerd) -> None:
+    # The test's docker lives under temporary directories: allow exactly those for the toolkit.
+    docker_dirs = sorted({str(Path(dockerd.config_file).parent), str(Path(dockerd.host[len("unix://"):]).parent)})
+    path.write_text(
+        json.dumps(
+            {
+                "host-paths-allowed": {
+                    "allowedHostPaths": {"toolkit": ["/usr/local/enflame", "/var/log/topscloud", *docker_dirs]}
+                }
+            }
+        )
+    )
+
+
+def copy_project(project: Path) -> None:
+    project.mkdir()
+    for name in PROJECT_FILES:
+        source = PROJECT_DIR / name
+        if source.is_dir():
+            shutil.copytree(source, project / name, ignore=shutil.ignore_patterns(".venv", "__pycache__"))
+        else:
+            shutil.copy2(source, project / name)
+    (project / ".venv").symlink_to(PROJECT_DIR / ".venv")
+    (project / "policies" / ".venv").symlink_to(PROJECT_DIR / ".venv")
+
+
+def prepare_stack(root: Path, cluster, dockerd, name: str = "e2e") -> tuple[auto.Stack, Path]:
+    """A new stack of a fresh project copy under `root`, configured for `cluster` and `dockerd`."""
+    copy_project(root / "project")
+    (root / "home").mkdir()
+    (root / "backend").mkdir()
+    workspace = auto.LocalWorkspace(
+        work_dir=str(root / "project"), pulumi_home=str(root / "home"), env_vars=pulumi_env(root / "home", root / "backend")
+    )
+    stack = auto.Stack.create(name, workspace)
+    stack.set_all_config(stack_config(cluster, dockerd))
+    policy_config = root / "policy-config.json"
+    write_policy_config(policy_config, dockerd)
+    return stack, policy_config
