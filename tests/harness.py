@@ -18,7 +18,8 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-SEED_BLUEPRINT = PROJECT_DIR.parent / "shared" / "seeds" / "gcu-resource.json"
+# The seed's default blueprint (shared/seeds/gcu-resource.json), shipped with the project.
+SEED_BLUEPRINT = PROJECT_DIR / "blueprints" / "gcu-resource.json"
 
 
 @dataclass
