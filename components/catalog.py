@@ -107,6 +107,8 @@ class WorkloadDef:
     default_name: Optional[str] = None
     host_pid: bool = False
     service: Optional[ServiceDef] = None
+    # Deployments: Recreate for a single writer of a ReadWriteOnce volume (MySQL).
+    recreate: bool = False
 
 
 @dataclass(frozen=True)
@@ -369,12 +371,13 @@ GCUSHARE_SCHEDULER = ComponentDef(
 )
 
 
-def _nightingale(part: str, image: str, port: Optional[int], **container: object) -> WorkloadDef:
+def _nightingale(part: str, image: str, port: Optional[int], recreate: bool = False, **container: object) -> WorkloadDef:
     service = ServiceDef("http" if part != "mysql" else "mysql", port) if port else None
     return WorkloadDef(
         kind="Deployment",
         part=part,
         default_name=part,
+        recreate=recreate,
         containers=(
             ContainerDef(
                 name=part,
@@ -404,6 +407,7 @@ NIGHTINGALE = ComponentDef(
             "mysql",
             "mysql",
             3306,
+            recreate=True,
             readiness=_tcp_ready(3306),
             secret_env=(("MYSQL_ROOT_PASSWORD", NIGHTINGALE_DB_SECRET_KEY),),
             claim_mount="/var/lib/mysql",

@@ -187,7 +187,13 @@ def workload_manifest(component: ResolvedComponent, workload: ResolvedWorkload, 
         spec["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
     else:
         spec["replicas"] = 1
-        spec["strategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+        # Never below the replica count while rolling: with one replica, maxUnavailable 1 would
+        # make the Deployment "Available" with no ready pod, and `pulumi up` return before it serves.
+        spec["strategy"] = (
+            {"type": "Recreate"}
+            if workload.definition.recreate
+            else {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+        )
     return {
         "apiVersion": "apps/v1",
         "kind": kind,

@@ -54,7 +54,7 @@ def cluster_access(options: Options) -> dict:
     return {"kubeconfig": kubeconfig, "context": options.kube_context}
 
 
-def docker_runtime_activation(options: Options, gcu_nodes: GcuNodes):
+def docker_runtime_activation(options: Options, gcu_nodes: GcuNodes, host_provider: pulumi.ProviderResource):
     """The toolkit's activation step: docker's default runtime on every GCU node."""
     runtime = options.docker_runtime
 
@@ -82,7 +82,7 @@ def docker_runtime_activation(options: Options, gcu_nodes: GcuNodes):
                 "verifySeconds": runtime.verify_seconds,
                 **cluster_access(options),
             },
-            pulumi.ResourceOptions(parent=toolkit, depends_on=workloads),
+            pulumi.ResourceOptions(parent=toolkit, depends_on=workloads, provider=host_provider),
         )
         done = resource.active.apply(lambda active: bool(active) or runtime.mode == "none")
         return resource, done
@@ -113,6 +113,10 @@ class GcuStack(pulumi.ComponentResource):
         self.gcu_nodes: Optional[GcuNodes] = None
         if resolved:
             present.add(catalog.GCU_NODES)
+            # An explicit provider for the bundled dynamic resources: the engine configures the
+            # default `pulumi-python` provider with the whole stack config and keeps that in
+            # state in plain text, secrets included (seen with gcu-stack:nightingaleDbPassword).
+            self.host_provider = pulumi.ProviderResource("pulumi-python", "gcu-hoststate", {}, pulumi.ResourceOptions(parent=self))
         # Deploy labels only for the node agents whose scheduling honours them.
         self.node_agents = sorted(c.definition.key for c in resolved if c.definition.gcu_nodes_only)
 
@@ -124,7 +128,7 @@ class GcuStack(pulumi.ComponentResource):
             if key != "nfd" and self.gcu_nodes is None:
                 self.gcu_nodes = self._gcu_nodes(options, present, waits_for(catalog.GCU_NODES))
                 gates[catalog.GCU_NODES] = [self.gcu_nodes]
-            activation = docker_runtime_activation(options, self.gcu_nodes) if key == "toolkit" else None
+            activation = docker_runtime_activation(options, self.gcu_nodes, self.host_provider) if key == "toolkit" else None
             instance_component = GcuComponent(
                 component,
                 instance=instance,
@@ -157,7 +161,7 @@ class GcuStack(pulumi.ComponentResource):
             # Without the driver in the spec, every GCU node must already have one (seed FAQ).
             require_driver="driver" not in present,
             page_size=selection.page_size,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=after or None),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=after or None, provider=self.host_provider),
             **cluster_access(options),
         )
 

@@ -89,6 +89,15 @@ def test_readiness_probes_on_nightingale_services(full):
         assert "readinessProbe" in pod(full.one("Deployment", name))["containers"][0]
 
 
+def test_deployments_count_as_available_only_with_a_ready_pod(full):
+    # One replica: the rollout may never drop below it, or `pulumi up` would return before it serves.
+    for name in ("agentd", "nserver", "nwebapi", "prometheus", "redis", "gcushare-scheduler-extender"):
+        strategy = normalise(full.one("Deployment", name).inputs["spec"]["strategy"])
+        assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    # MySQL owns a ReadWriteOnce volume: the old pod goes before the new one starts.
+    assert full.one("Deployment", "mysql").inputs["spec"]["strategy"] == {"type": "Recreate"}
+
+
 def test_the_password_is_never_plain_text(full):
     secret = full.one("Secret", "nightingale-db")
     data = secret.inputs["stringData"]

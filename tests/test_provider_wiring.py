@@ -108,3 +108,11 @@ def test_empty_spec_declares_no_provider_resources():
 )
 def test_bad_provider_settings_name_the_setting(config, expected):
     fails({"blueprint": str(SEED_BLUEPRINT), **config}, expected)
+
+
+def test_bundled_resources_use_an_explicit_provider_not_the_config_carrying_default():
+    run = run_program({"blueprint": str(SEED_BLUEPRINT)})
+    (provider,) = run.of_type("pulumi:providers:pulumi-python")
+    assert provider.inputs == {}
+    for type_ in (GCU_NODES, DOCKER_RUNTIME):
+        assert single(run, type_).provider.startswith(provider.urn + "::")

@@ -1,0 +1,74 @@
+"""Nightingale and the GCU-share pair come up on the real control plane with the real engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pulumi import automation as auto
+
+from engine import prepare_stack
+from realservers import PROJECT_DIR, start_dockerd, stop_dockerd
+
+NFD = "feature.node.kubernetes.io/pci-1e36.present"
+DRIVER = "enflame.com/gcu.driver.present"
+NODES = [
+    ("gcu-node-1", {NFD: "true", DRIVER: "true"}),
+    ("gcu-node-2", {NFD: "true", DRIVER: "true"}),
+    ("cpu-node-1", {}),
+]
+PASSWORD = "n9e-Db-e2e-pw"
+
+
+def spec() -> dict:
+    spec = json.loads((PROJECT_DIR / "blueprints" / "gcu-resource.json").read_text())["spec"]
+    spec["devicePlugin"]["notDeploy"] = True
+    spec["gcusharePlugin"].update({"notDeploy": False, "memoryUnit": "0.1", "gcushareNodes": ["gcu-node-2"]})
+    spec["gcushareScheduler"]["notDeploy"] = False
+    spec["nightingale"] = {"notDeploy": False, "namespace": "enflame", "mysql-pv": {"name": "mysql-pv", "hostpath": "/var/lib/gcu-e2e/mysql"}}
+    return spec
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    from devtools.localcluster import LocalCluster
+
+    root = tmp_path_factory.mktemp("e2e-components")
+    cluster = LocalCluster(root / "cluster", nodes=NODES, audit=False).start()
+    dockerd = start_dockerd(root / "docker")
+    try:
+        stack, _ = prepare_stack(root, cluster, dockerd, name="components")
+        stack.remove_config("gcu-stack:blueprint")
+        stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(spec())))
+        stack.set_config("gcu-stack:nightingaleDbPassword", auto.ConfigValue(PASSWORD, secret=True))
+        yield stack, cluster, root
+        stack.destroy(on_output=lambda _: None)
+    finally:
+        cluster.stop()
+        stop_dockerd(root / "docker")
+
+
+def test_nightingale_and_gcushare_come_up_and_go_away(stack):
+    stack, cluster, root = stack
+    stack.up(on_output=lambda _: None)
+    out = {k: v.value for k, v in stack.outputs().items()}
+    assert out["readyResource"] == "7/7" and out["phase"] == "Running", [(s["name"], s["status"]) for s in out["resourceStatuses"]]
+    statuses = {s["name"]: s["status"] for s in out["resourceStatuses"]}
+    assert statuses["nightingale"] == statuses["gcusharePlugin"] == statuses["gcushareScheduler"] == "Running"
+    deployments = json.loads(cluster.kubectl("get", "deployments", "-n", "enflame", "-o", "json").stdout)["items"]
+    assert {d["metadata"]["name"]: d["status"].get("readyReplicas") for d in deployments} == dict.fromkeys(
+        ["agentd", "mysql", "nserver", "nwebapi", "prometheus", "redis"], 1
+    )
+    claim = json.loads(cluster.kubectl("get", "pvc", "mysql-pvc", "-n", "enflame", "-o", "json").stdout)
+    assert claim["status"]["phase"] == "Bound" and claim["spec"]["volumeName"] == "mysql-pv"
+    plugin = json.loads(cluster.kubectl("get", "daemonset", "gcushare-device-plugin", "-n", "kube-system", "-o", "json").stdout)
+    assert plugin["status"]["numberReady"] == plugin["status"]["desiredNumberScheduled"] == 1  # gcushareNodes: one node
+    assert out["gcushareSchedulerExtender"]["url"].endswith(":32766/gcushare-scheduler")
+    # The password is a Kubernetes Secret and a Pulumi secret, never plain text in state.
+    for resource in stack.export_stack().deployment["resources"]:
+        assert PASSWORD not in json.dumps(resource), (resource["urn"], [k for k, v in {**resource.get("inputs", {}), **resource.get("outputs", {})}.items() if PASSWORD in json.dumps(v)])
+    stack.destroy(on_output=lambda _: None)
+    left = json.loads(cluster.kubectl("get", "deployments,services,pvc", "-n", "enflame", "-o", "json").stdout)["items"]
+    assert left == []
+    assert "mysql-pv" not in cluster.kubectl("get", "pv", "-o", "name", check=False).stdout
