@@ -184,5 +184,10 @@ def run_program(
         root = runtime_settings.get_root_resource()
         captured.update(_sync_await(pulumi.Output.from_input(root.outputs).future()) or {})
 
-    _sync_await(run_pulumi_func(program))
+    try:
+        _sync_await(run_pulumi_func(program))
+    except Exception as error:
+        # What had been declared when it failed (a bad blueprint must have declared nothing).
+        error.registrations = monitor.registrations  # type: ignore[attr-defined]
+        raise
     return Run(monitor.registrations, captured)
