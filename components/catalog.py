@@ -137,6 +137,11 @@ _DEVICE_PLUGINS = HostMount("device-plugins", KUBELET_DEVICE_PLUGINS, KUBELET_DE
 _GCU_LOGS = HostMount("gcu-logs", "/var/log/topscloud", "/var/log/topscloud", read_only=False, type="DirectoryOrCreate")
 
 
+def _one(container: ContainerDef, **workload: object) -> tuple[WorkloadDef, ...]:
+    """The usual shape: one workload running one container."""
+    return (WorkloadDef(containers=(container,), **workload),)  # type: ignore[arg-type]
+
+
 def _tcp_ready(port: int) -> dict:
     return {"tcpSocket": {"port": port}, "initialDelaySeconds": 5, "periodSeconds": 10}
 
@@ -198,25 +203,21 @@ DRIVER = ComponentDef(
     default_name="enflame-gcu-driver",
     default_image="gcu-driver",
     after=(GCU_NODES,),
-    workloads=(
-        WorkloadDef(
-            host_pid=True,  # the installer loads kernel modules in the host's namespaces
-            containers=(
-                ContainerDef(
-                    name="gcu-driver",
-                    # Privileged: it builds and loads the kernel module (insmod) and creates /dev nodes.
-                    privileged=True,
-                    mounts=(
-                        HostMount("lib-modules", "/lib/modules", "/lib/modules", read_only=False),
-                        HostMount("usr-src", "/usr/src", "/usr/src"),
-                        HostMount("dev", "/dev", "/dev", read_only=False),
-                        HostMount("host-os-release", "/etc/os-release", "/host-etc/os-release", type="File"),
-                        _GCU_LOGS,
-                    ),
-                    resources=Resources("100m", "128Mi", "2", "2Gi"),
-                ),
+    workloads=_one(
+        ContainerDef(
+            name="gcu-driver",
+            # Privileged: it builds and loads the kernel module (insmod) and creates /dev nodes.
+            privileged=True,
+            mounts=(
+                HostMount("lib-modules", "/lib/modules", "/lib/modules", read_only=False),
+                HostMount("usr-src", "/usr/src", "/usr/src"),
+                HostMount("dev", "/dev", "/dev", read_only=False),
+                HostMount("host-os-release", "/etc/os-release", "/host-etc/os-release", type="File"),
+                _GCU_LOGS,
             ),
+            resources=Resources("100m", "128Mi", "2", "2Gi"),
         ),
+        host_pid=True,  # the installer loads kernel modules in the host's namespaces
     ),
 )
 
@@ -226,24 +227,20 @@ TOOLKIT = ComponentDef(
     default_name="enflame-gcu-docker-plugin",
     default_image="gcu-runtime",
     after=("driver",),
-    workloads=(
-        WorkloadDef(
-            host_pid=True,  # to signal the host's dockerd after changing its runtime config
-            containers=(
-                ContainerDef(
-                    name="gcu-runtime",
-                    # Privileged: it installs the enflame runtime on the host and rewrites docker's daemon.json.
-                    privileged=True,
-                    # Plus the directories of daemon.json, docker.sock and docker.pid, which
-                    # follow gcu-stack:dockerRuntime (components/extras.py).
-                    mounts=(
-                        HostMount("runtime-install", "/usr/local/enflame", "/host/usr/local/enflame", read_only=False, type="DirectoryOrCreate"),
-                        _GCU_LOGS,
-                    ),
-                    resources=Resources("50m", "64Mi", "500m", "256Mi"),
-                ),
+    workloads=_one(
+        ContainerDef(
+            name="gcu-runtime",
+            # Privileged: it installs the enflame runtime on the host and rewrites docker's daemon.json.
+            privileged=True,
+            # Plus the directories of daemon.json, docker.sock and docker.pid, which
+            # follow gcu-stack:dockerRuntime (components/extras.py).
+            mounts=(
+                HostMount("runtime-install", "/usr/local/enflame", "/host/usr/local/enflame", read_only=False, type="DirectoryOrCreate"),
+                _GCU_LOGS,
             ),
+            resources=Resources("50m", "64Mi", "500m", "256Mi"),
         ),
+        host_pid=True,  # to signal the host's dockerd after changing its runtime config
     ),
     extras="toolkit",
 )
@@ -254,15 +251,11 @@ DEVICE_PLUGIN = ComponentDef(
     default_name="enflame-gcu-k8s-plugin",
     default_image="gcu-plugin",
     after=("toolkit",),
-    workloads=(
-        WorkloadDef(
-            containers=(
-                ContainerDef(
-                    name="gcu-plugin",
-                    args=(f"--resource-name={GCU_RESOURCE}",),
-                    mounts=(_DEVICE_PLUGINS, _DEV),
-                ),
-            ),
+    workloads=_one(
+        ContainerDef(
+            name="gcu-plugin",
+            args=(f"--resource-name={GCU_RESOURCE}",),
+            mounts=(_DEVICE_PLUGINS, _DEV),
         ),
     ),
 )
@@ -273,19 +266,15 @@ EXPORTER = ComponentDef(
     default_name="enflame-gcu-exporter",
     default_image="gcu-exporter",
     after=("devicePlugin", "gcusharePlugin"),
-    workloads=(
-        WorkloadDef(
-            containers=(
-                ContainerDef(
-                    name="gcu-exporter",
-                    args=(f"--port={EXPORTER_PORT}", "--path=/metrics"),
-                    ports=(("metrics", EXPORTER_PORT),),
-                    mounts=(_DEV, _SYS),
-                    resources=Resources("20m", "64Mi", "500m", "256Mi"),
-                ),
-            ),
-            service=ServiceDef("metrics", EXPORTER_PORT, node_port=EXPORTER_NODE_PORT),
+    workloads=_one(
+        ContainerDef(
+            name="gcu-exporter",
+            args=(f"--port={EXPORTER_PORT}", "--path=/metrics"),
+            ports=(("metrics", EXPORTER_PORT),),
+            mounts=(_DEV, _SYS),
+            resources=Resources("20m", "64Mi", "500m", "256Mi"),
         ),
+        service=ServiceDef("metrics", EXPORTER_PORT, node_port=EXPORTER_NODE_PORT),
     ),
     extras="exporter",
 )
@@ -296,12 +285,8 @@ GFD = ComponentDef(
     default_name="enflame-gcu-feature-discovery",
     default_image="gcu-gfd",
     after=("devicePlugin", "gcusharePlugin"),
-    workloads=(
-        WorkloadDef(
-            containers=(
-                ContainerDef(name="gcu-feature-discovery", args=("--sleep-interval=60s",), mounts=(_DEV, _SYS)),
-            ),
-        ),
+    workloads=_one(
+        ContainerDef(name="gcu-feature-discovery", args=("--sleep-interval=60s",), mounts=(_DEV, _SYS)),
     ),
     # Exactly what labelling its own node takes: read it and patch its labels.
     rbac=RbacDef(rules=({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},)),
@@ -314,15 +299,11 @@ GCUSHARE_PLUGIN = ComponentDef(
     default_image="gcushare-device-plugin",
     # It takes the device plugin's place in the chain.
     after=("toolkit",),
-    workloads=(
-        WorkloadDef(
-            containers=(
-                ContainerDef(
-                    name="gcushare-device-plugin",
-                    args=(f"--resource-name={GCUSHARE_RESOURCE}",),
-                    mounts=(_DEVICE_PLUGINS, _DEV),
-                ),
-            ),
+    workloads=_one(
+        ContainerDef(
+            name="gcushare-device-plugin",
+            args=(f"--resource-name={GCUSHARE_RESOURCE}",),
+            mounts=(_DEVICE_PLUGINS, _DEV),
         ),
     ),
     # Advertise shares on its node and record which GCU a scheduled pod got (pod annotations).
