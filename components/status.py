@@ -50,7 +50,8 @@ def status_outputs(
         }
 
     return {
-        "clusterGCUNodes": pulumi.Output.from_input(gcu_nodes),
+        # A list even before the node resource reports (preview, or a provider that omits it).
+        "clusterGCUNodes": pulumi.Output.from_input(gcu_nodes).apply(lambda nodes: list(nodes or [])),
         "phase": ready.apply(lambda r: RUNNING if r == total else DEPLOYING),
         "readyResource": ready.apply(lambda r: f"{r}/{total}"),
         "resourceStatuses": pulumi.Output.all(*[_entry(c) for c in components]),

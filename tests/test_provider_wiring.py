@@ -116,3 +116,8 @@ def test_bundled_resources_use_an_explicit_provider_not_the_config_carrying_defa
     assert provider.inputs == {}
     for type_ in (GCU_NODES, DOCKER_RUNTIME):
         assert single(run, type_).provider.startswith(provider.urn + "::")
+
+
+def test_cluster_gcu_nodes_is_a_list_even_when_the_provider_reports_nothing():
+    run = run_program({"blueprint": str(SEED_BLUEPRINT)}, mocks=ClusterMocks(dynamic=lambda args: {}))
+    assert run.outputs["clusterGCUNodes"] == []
