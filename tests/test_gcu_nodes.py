@@ -238,3 +238,10 @@ def test_provider_survives_pickling_and_runs_in_a_fresh_process(cluster, api, tm
                           capture_output=True, text=True, cwd=str(tmp_path), env={"PYTHONPATH": str(__import__("harness").PROJECT_DIR)})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == ["gcu-a"]
+
+
+def test_diff_without_cluster_access_falls_back_to_inputs(cluster):
+    unreachable = props(cluster, kubeconfig="/nonexistent/kubeconfig")
+    olds = {**unreachable, "nodes": [], "drift": []}
+    assert GcuNodesProvider().diff("gcu-nodes", olds, unreachable).changes is False
+    assert GcuNodesProvider().diff("gcu-nodes", olds, {**unreachable, "components": ["exporter"]}).changes is True

@@ -62,6 +62,18 @@ def _node_outputs(props: dict, report: Any) -> dict:
     }
 
 
+def _pending_writes(props: dict) -> int:
+    """Labels the live cluster lacks (a new GCU node, a label removed by hand), so previews show them.
+
+    A preview that cannot reach the cluster (a CI runner without credentials) still diffs on
+    inputs; the update itself then reports the connection error.
+    """
+    try:
+        return _labeler(props).pending_writes()
+    except Exception:  # noqa: BLE001 - any failure to read live state means "unknown", not "changed"
+        return 0
+
+
 class GcuNodesProvider(ResourceProvider):
     serialize_as_secret_always = False
 
@@ -84,7 +96,7 @@ class GcuNodesProvider(ResourceProvider):
 
     def diff(self, _id: str, olds: dict, news: dict) -> DiffResult:
         changed = _changed(olds, news, NODE_INPUTS)
-        if not changed and (olds.get("drift") or _labeler(news).pending_writes()):
+        if not changed and (olds.get("drift") or _pending_writes(news)):
             changed = ["nodes"]
         return DiffResult(changes=bool(changed), replaces=[], stables=[], delete_before_replace=False)
 
