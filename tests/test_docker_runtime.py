@@ -201,3 +201,11 @@ def test_the_toolkit_entrypoint_cli_agrees_with_the_provider(dockerd, fresh):
     refused = subprocess.run([PYTHON, str(script), "activate", "--runtime-path", "/x", *common], capture_output=True, text=True)
     assert refused.returncode == 1 and "new-node" in json.loads(refused.stdout)["error"]
     assert Path(dockerd.config_file).read_bytes() == broken
+
+
+def test_no_gcu_node_touches_nothing_and_counts_as_done(dockerd, fresh):
+    reloads = reload_count(dockerd)
+    outputs = DockerRuntimeProvider().create(runtime_props(dockerd, nodes=())).outs
+    assert outputs["hosts"] == {} and outputs["active"] is True and outputs["message"] == "no GCU node"
+    assert Path(dockerd.config_file).read_bytes() == ORIGINAL.encode()
+    assert reload_count(dockerd) == reloads

@@ -157,7 +157,8 @@ def _runtime_outputs(props: dict, hosts: dict, drift: Optional[list] = None) -> 
     return {
         **_inputs(props, RUNTIME_INPUTS),
         "hosts": hosts,
-        "active": bool(hosts) and all(active),
+        # No GCU node: nothing to activate, as a DaemonSet with nothing to schedule is ready.
+        "active": all(active),
         "message": message,
         "drift": drift or [],
     }
