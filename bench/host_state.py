@@ -60,7 +60,7 @@ def bench_labels(count: int) -> None:
         print(f"created {count} nodes in {create_nodes(api, count):.1f} s")
         props = {"kubeconfig": cluster.kubeconfig, "context": None, "components": COMPONENTS, "names": [], "selector": {},
                  "driverLabel": "enflame.com/gcu.driver.present=true", "requireDriver": True, "pageSize": 500}
-        audit = AuditLog(cluster.audit_log)
+        audit = AuditLog(cluster)
         print(f"cluster settled after {settle(audit):.1f} s")
         provider = GcuNodesProvider()
         audit.mark()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from .catalog import EXPORTER_NODE_PORT
+from pathlib import Path
+
+from .catalog import EXPORTER_NODE_PORT, VOLCANO
 from .errors import BlueprintError
+from .extras import volcano_images
 from .images import check_images
+from .resolve import resolve
 from .settings import NAMESPACE, StackSettings
 from .spec import deployed
 
@@ -29,10 +33,6 @@ def _nightingale(settings: StackSettings) -> list[str]:
 
 
 def _volcano(settings: StackSettings) -> list[str]:
-    from .extras import volcano_images
-    from .resolve import resolve
-    from .catalog import VOLCANO
-
     spec = settings.resource.spec.volcano
     if not deployed(spec):
         return []
@@ -46,8 +46,6 @@ def _volcano(settings: StackSettings) -> list[str]:
             problems.append(f"spec.volcano: the Volcano chart needs one {label} for controller, admission and scheduler ({listed})")
     if settings.options.volcano_chart.path:
         path = settings.options.volcano_chart.resolved_path(str(settings.project_dir))
-        from pathlib import Path
-
         if not Path(path).exists():
             problems.append(f"{NAMESPACE}:volcanoChart.path: chart archive {path} does not exist")
     return problems

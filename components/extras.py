@@ -13,7 +13,15 @@ from typing import Any, Callable, Optional
 import pulumi
 import yaml
 
-from .catalog import EXPORTER_PORT, GCU_PRESENT_LABEL, NIGHTINGALE_DB_SECRET_KEY, HostMount
+from .catalog import (
+    DEFAULT_PULL_POLICY,
+    DEFAULT_REPOSITORY,
+    DEFAULT_VERSION,
+    EXPORTER_PORT,
+    GCU_PRESENT_LABEL,
+    NIGHTINGALE_DB_SECRET_KEY,
+    HostMount,
+)
 from .hoststate import runtime_host
 from .manifests import PodAdditions, labels, metadata, selector
 from .resolve import ResolvedComponent, effective
@@ -256,8 +264,6 @@ VOLCANO_PARTS = {"controller": "vc-controller-manager", "admission": "vc-webhook
 
 def volcano_images(component: ResolvedComponent) -> dict[str, dict[str, str]]:
     """Per Volcano part: registry, image path, tag and pull policy, by the seed's precedence."""
-    from .catalog import DEFAULT_PULL_POLICY, DEFAULT_REPOSITORY, DEFAULT_VERSION
-
     spec = component.spec
     images = {}
     for part, default_image in VOLCANO_PARTS.items():

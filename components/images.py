@@ -25,17 +25,17 @@ made of, and lets the package directory live anywhere.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from .catalog import DEFAULT_REPOSITORY
 from .errors import BlueprintError
+from .spec import ImageName, ImageTag, Repository
 
 if TYPE_CHECKING:
     import pulumi
@@ -101,49 +101,18 @@ IMAGE_DEFS: tuple[ImageDef, ...] = (
 )
 DEFS = {d.key: d for d in IMAGE_DEFS}
 
-# Docker reference grammar: lowercase path components; a registry host may lead.
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_NAME = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
-_HOST = re.compile(r"^(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9.-]+:[0-9]+)$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-
-
-def _repository(value: str) -> str:
-    host, _, path = value.rstrip("/").partition("/")
-    if _HOST.match(host) and (not path or _NAME.match(path)):
-        return value.rstrip("/")
-    if _NAME.match(value.rstrip("/")):
-        return value.rstrip("/")
-    raise ValueError(f"{value!r} is not an image repository (e.g. registry.example.com/enflame)")
-
-
 class ComponentImage(BaseModel):
     """One component's entry: gcu-operator config.json's build/repo/tag, plus base image and push."""
 
     model_config = ConfigDict(extra="forbid")
 
     build: bool = False
-    repository: str = DEFAULT_REPOSITORY
-    image: Optional[str] = None  # default: the component's image name (gcu-driver, gcu-runtime, ...)
-    tag: str = DEFAULT_TAG
+    # The same grammar as the blueprint's repository, image and version fields.
+    repository: Repository = DEFAULT_REPOSITORY
+    image: ImageName = None  # default: the component's image name (gcu-driver, gcu-runtime, ...)
+    tag: ImageTag = DEFAULT_TAG
     base_image: Optional[str] = Field(None, alias="baseImage")  # default: per component, see IMAGE_DEFS
     push: bool = False  # false: loaded into the local docker daemon only
-
-    _repository = field_validator("repository")(_repository)
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and not _NAME.match(value):
-            raise ValueError(f"{value!r}: lowercase letters, digits and . _ - / only (e.g. gcu-driver)")
-        return value
-
-    @field_validator("tag")
-    @classmethod
-    def _tag(cls, value: str) -> str:
-        if not _TAG.match(value):
-            raise ValueError(f"{value!r}: up to 128 letters, digits, _ . - (not starting with . or -)")
-        return value
 
 
 class RegistryOptions(BaseModel):

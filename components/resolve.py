@@ -92,7 +92,7 @@ def _container(definition: ComponentDef, spec: BaseFields, container: ContainerD
     part, where = _sub_part(spec, part_attr, spec_path)
 
     def pick(field: str, default: Any) -> Any:
-        value = effective(spec, part, field, where) if part_attr else getattr(spec, field)
+        value = effective(spec, part, field, where)
         return default if value is None else value
 
     image = pick("image", container.default_image or definition.default_image)

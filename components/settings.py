@@ -14,6 +14,7 @@ from typing import Any, Literal, Mapping, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .catalog import GCUSHARE_EXTENDER_NODE_PORT, NIGHTINGALE_WEB_NODE_PORT
 from .errors import BlueprintError, describe
 from .images import ImagesOptions
 from .spec import GcuResource
@@ -107,9 +108,9 @@ class Options(BaseModel):
     gcu_nodes: GcuNodesOptions = Field(default_factory=GcuNodesOptions, alias="gcuNodes")
     # Set with `pulumi config set --secret`; required when Nightingale is deployed.
     nightingale_db_password: Optional[str] = Field(None, alias="nightingaleDbPassword", repr=False)
-    nightingale_web_node_port: int = Field(30018, alias="nightingaleWebNodePort", ge=30000, le=32767)
+    nightingale_web_node_port: int = Field(NIGHTINGALE_WEB_NODE_PORT, alias="nightingaleWebNodePort", ge=30000, le=32767)
     nightingale_storage: str = Field("10Gi", alias="nightingaleStorage", pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
-    gcushare_scheduler_node_port: int = Field(32766, alias="gcushareSchedulerNodePort", ge=30000, le=32767)
+    gcushare_scheduler_node_port: int = Field(GCUSHARE_EXTENDER_NODE_PORT, alias="gcushareSchedulerNodePort", ge=30000, le=32767)
     volcano_chart: VolcanoChartOptions = Field(default_factory=VolcanoChartOptions, alias="volcanoChart")
     docker_runtime: DockerRuntimeOptions = Field(default_factory=DockerRuntimeOptions, alias="dockerRuntime")
     # Component images to build from images/ (gcu-operator's config.json): components/images.py.

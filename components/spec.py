@@ -95,7 +95,7 @@ class BaseFields(Model):
 
     not_deploy: bool = Field(False, alias="notDeploy")
     image: ImageName = None
-    image_pull_policy: Optional[Literal["Always", "IfNotPresent", "Never"]] = Field(None, alias="imagePullPolicy")
+    image_pull_policy: Optional[Literal[PULL_POLICIES]] = Field(None, alias="imagePullPolicy")
     name: ObjectName = None
     namespace: NamespaceName = None
     repository: Repository = None
@@ -104,17 +104,13 @@ class BaseFields(Model):
     node_selector: NodeSelector = Field(None, alias="nodeSelector")
 
 
-# The BaseFields a sub-part can inherit from its component's first level.
-BASE_FIELD_NAMES = tuple(BaseFields.model_fields)
-
-
 class NfdSpec(BaseFields):
     master: Optional[BaseFields] = None
     worker: Optional[BaseFields] = None
 
 
 class GcuSharePluginSpec(BaseFields):
-    memory_unit: Annotated[Literal["1", "0.1", "0.01", "0.001"], BeforeValidator(_scalar_to_str)] = Field(
+    memory_unit: Annotated[Literal[MEMORY_UNITS], BeforeValidator(_scalar_to_str)] = Field(
         "1", alias="memoryUnit"
     )
     gcushare_nodes: list[Annotated[str, _matching(DNS1123_SUBDOMAIN, "a node name", 253)]] = Field(

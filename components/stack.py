@@ -126,7 +126,7 @@ class GcuStack(pulumi.ComponentResource):
         for component in resolved:
             key = component.definition.key
             if key != "nfd" and self.gcu_nodes is None:
-                self.gcu_nodes = self._gcu_nodes(options, present, waits_for(catalog.GCU_NODES))
+                self.gcu_nodes = self._gcu_nodes(options, waits_for(catalog.GCU_NODES))
                 gates[catalog.GCU_NODES] = [self.gcu_nodes]
             activation = docker_runtime_activation(options, self.gcu_nodes, self.host_provider) if key == "toolkit" else None
             instance_component = GcuComponent(
@@ -143,14 +143,14 @@ class GcuStack(pulumi.ComponentResource):
             gates[key] = instance_component.gate
             built.append(instance_component)
         if resolved and self.gcu_nodes is None:  # only NFD is deployed
-            self.gcu_nodes = self._gcu_nodes(options, present, waits_for(catalog.GCU_NODES))
+            self.gcu_nodes = self._gcu_nodes(options, waits_for(catalog.GCU_NODES))
         self.components = built
         self.register_outputs({"components": [c.key for c in built]})
 
     def component(self, key: str) -> Optional[GcuComponent]:
         return next((c for c in self.components if c.key == key), None)
 
-    def _gcu_nodes(self, options: Options, present: set[str], after: list[pulumi.Resource]) -> GcuNodes:
+    def _gcu_nodes(self, options: Options, after: list[pulumi.Resource]) -> GcuNodes:
         selection = options.gcu_nodes
         return GcuNodes(
             "gcu-nodes",
@@ -159,7 +159,7 @@ class GcuStack(pulumi.ComponentResource):
             selector=selection.selector,
             driver_label=selection.driver_label or None,
             # Without the driver in the spec, every GCU node must already have one (seed FAQ).
-            require_driver="driver" not in present,
+            require_driver="driver" not in self.node_agents,
             page_size=selection.page_size,
             opts=pulumi.ResourceOptions(parent=self, depends_on=after or None, provider=self.host_provider),
             **cluster_access(options),

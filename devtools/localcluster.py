@@ -41,12 +41,12 @@ import sys
 import tempfile
 import time
 import urllib.parse
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from devtools import (CACHE_DIR, TOOLCHAIN_HINT, ComponentFailed, ToolchainMissing, free_port,
-                      kill_pid, log_tail, pid_alive, pid_matches, spawn)
+                      kill_pid, log_tail, pid_matches, spawn)
 
 K8S_VERSION = os.environ.get("GCU_K8S_VERSION", "1.20.2")
 KWOK_VERSION = os.environ.get("GCU_KWOK_VERSION", "v0.8.0")
@@ -434,7 +434,6 @@ class LocalCluster:
     def _start_once(self, tc: Toolchain, timeout: float) -> None:
         t0 = time.monotonic()
         deadline = t0 + timeout
-        logs = self.workdir / "logs"
         pki = self.workdir / "pki"
         self.ports = {"etcd": free_port(), "etcd_peer": free_port(), "apiserver": free_port(),
                       "controller_manager": free_port(), "scheduler": free_port()}

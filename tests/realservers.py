@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -45,10 +44,6 @@ def write_raw(path, text: str) -> bytes:
     return data
 
 
-def pretty(value) -> str:
-    return json.dumps(value, indent=2)
-
-
 def start_dockerd(state_dir: Path):
     """A detached real dockerd (so a restart command can stop and start it) and its handle."""
     import subprocess
@@ -68,35 +63,25 @@ def stop_dockerd(state_dir: Path) -> None:
 
 
 class AuditLog:
-    """Counts requests the API server logged (write verbs, Metadata level) since a mark."""
+    """Requests to one resource in a LocalCluster's audit log (write verbs, one event each) since a mark."""
 
     WRITES = ("create", "update", "patch", "delete")
 
-    def __init__(self, path: str):
-        self.path = Path(path)
+    def __init__(self, cluster):
+        self.cluster = cluster
         self.offset = 0
 
     def mark(self) -> None:
-        self.offset = self.path.stat().st_size if self.path.exists() else 0
+        self.offset = self.cluster.audit_offset()
 
     def events(self, resource: str = "nodes", user: str = None) -> list[dict]:
-        with open(self.path, "rb") as handle:
-            handle.seek(self.offset)
-            lines = handle.read().decode(errors="replace").splitlines()
-        found = []
-        for line in lines:
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if event.get("stage") != "ResponseComplete" or (event.get("objectRef") or {}).get("resource") != resource:
-                continue
-            if user is None or (event.get("user") or {}).get("username") == user:
-                found.append(event)
-        return found
+        """`user`: only that user's requests (e.g. "admin", the kubeconfig gcu-stack uses); None: everyone's."""
+        return [
+            e for e in self.cluster.audit_events(since=self.offset, user=user)
+            if (e.get("objectRef") or {}).get("resource") == resource
+        ]
 
     def writes(self, resource: str = "nodes", user: str = None) -> int:
-        """Write requests; `user`: only those of that user (e.g. the admin kubeconfig gcu-stack uses)."""
         return sum(1 for e in self.events(resource, user) if e.get("verb") in self.WRITES)
 
     def conflicts(self, resource: str = "nodes", user: str = None) -> int:

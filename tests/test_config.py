@@ -9,6 +9,7 @@ import yaml
 from harness import SEED_BLUEPRINT, run_program
 
 SEED = json.loads(SEED_BLUEPRINT.read_text())
+DELETE = object()  # seed_spec(**{path: DELETE}) removes the key
 
 
 def seed_spec(**changes):
@@ -24,8 +25,6 @@ def seed_spec(**changes):
             node[last] = value
     return spec
 
-
-DELETE = object()
 
 
 def fails(config, *expected):

@@ -198,7 +198,7 @@ def test_6_bad_blueprint_fails_preview_naming_the_field_and_changes_nothing(e2e)
     spec = json.loads(good.value)
     spec["exporter"]["imagePulPolicy"] = spec["exporter"].pop("imagePullPolicy")
     e2e.stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(spec)))
-    audit = AuditLog(e2e.cluster.audit_log)
+    audit = AuditLog(e2e.cluster)
     audit.mark()
     try:
         with pytest.raises(auto.CommandError) as caught:

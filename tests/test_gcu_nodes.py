@@ -34,7 +34,7 @@ def api(cluster):
 
 @pytest.fixture
 def audit(cluster):
-    return AuditLog(cluster.audit_log)
+    return AuditLog(cluster)
 
 
 def make_nodes(api, nodes):

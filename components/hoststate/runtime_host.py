@@ -203,11 +203,11 @@ class LocalHost:
             connection.close()
 
 
-def _b64(content: Optional[bytes]) -> Optional[str]:
+def b64(content: Optional[bytes]) -> Optional[str]:
     return None if content is None else base64.b64encode(content).decode("ascii")
 
 
-def _unb64(text: Optional[str]) -> Optional[bytes]:
+def unb64(text: Optional[str]) -> Optional[bytes]:
     return None if text is None else base64.b64decode(text)
 
 
@@ -263,7 +263,7 @@ def _original(host: LocalHost) -> tuple[Optional[bytes], bool]:
     backup = host.read(host.backup_path)
     if backup is not None:
         saved = json.loads(backup)
-        return _unb64(saved["original"]), True
+        return unb64(saved["original"]), True
     return host.read(), False
 
 
@@ -280,7 +280,7 @@ def activate(host: LocalHost, runtime_path: str, mode: str) -> dict:
     written = render(desired) if changed else current
     if changed:
         if not had_backup:
-            host.write_atomic(json.dumps({"original": _b64(original)}).encode(), host.backup_path)
+            host.write_atomic(json.dumps({"original": b64(original)}).encode(), host.backup_path)
         host.write_atomic(written)
         try:
             _signal(host, mode)
@@ -298,8 +298,8 @@ def activate(host: LocalHost, runtime_path: str, mode: str) -> dict:
                 f"after {mode}; the previous {host.settings.daemon_json} was put back"
             )
     return {
-        "original": _b64(original),
-        "written": _b64(written),
+        "original": b64(original),
+        "written": b64(written),
         "changed": changed,
         "active": active,
         "message": (
@@ -321,8 +321,8 @@ def _roll_back(host: LocalHost, previous: Optional[bytes], mode: str, had_backup
 
 def restore(host: LocalHost, state: dict, mode: str) -> dict:
     """Put back what `activate` changed: the original bytes if the file is still ours, else only our keys."""
-    original = _unb64(state.get("original"))
-    written = _unb64(state.get("written"))
+    original = unb64(state.get("original"))
+    written = unb64(state.get("written"))
     current = host.read()
     if current == written:
         target = original

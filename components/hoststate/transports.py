@@ -73,7 +73,7 @@ class LocalTransport:
     def inspect(self, host: str, nodes: list[str]) -> dict:
         local = self._host(nodes)
         content = local.read()
-        return {"content": runtime_host._b64(content), "defaultRuntime": local.default_runtime()}
+        return {"content": runtime_host.b64(content), "defaultRuntime": local.default_runtime()}
 
 
 class PodTransport:
