@@ -507,6 +507,21 @@ def test_missing_config_toml_takes_the_daemons_defaults(containerd, tmp_path):
     assert not (tmp_path / "etc").exists()
 
 
+def test_new_files_take_config_tomls_mode_and_a_settings_free_file_gets_version_and_import(containerd, tmp_path):
+    """The drop-in and the backup copy config.toml's settings (registry credentials too): same mode as config.toml."""
+    config, dropin = tmp_path / "config.toml", tmp_path / "conf.d" / "99-enflame.toml"
+    text = "# settings come later\n"
+    config.write_text(text)
+    config.chmod(0o600)
+    h = host(containerd, config_toml=str(config), dropin=str(dropin), restart_command=["false"])
+    result = ch.activate(h, "/x", mode="none")  # no settings at all: containerd's defaults, version from the daemon
+    assert config.read_text() == text + f'version = 2\nimports = ["{dropin}"]\n'
+    assert dropin.stat().st_mode & 0o777 == 0o600 and Path(str(config) + ch.BACKUP_SUFFIX).stat().st_mode & 0o777 == 0o600
+    assert config.stat().st_mode & 0o777 == 0o600
+    ch.restore(h, result, mode="none")
+    assert config.read_text() == text and config.stat().st_mode & 0o777 == 0o600
+
+
 V3_CONFIG = (
     "version = 3\n"
     "root = '/var/lib/containerd'\n"

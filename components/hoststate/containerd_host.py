@@ -585,6 +585,13 @@ class ContainerdHost:
                 handle.write(content)
                 handle.flush()
                 os.fsync(handle.fileno())
+            if previous is None:
+                # A new file (the drop-in, the backup record) may carry config.toml's settings, registry
+                # credentials included: it gets config.toml's mode and owner.
+                try:
+                    previous = os.stat(self.at(self.settings.config_toml))
+                except OSError:
+                    previous = None
             if previous is not None:
                 os.chmod(temporary, previous.st_mode & 0o7777)
                 os.chown(temporary, previous.st_uid, previous.st_gid)
