@@ -167,7 +167,7 @@ def test_activation_restarts_once_keeps_containers_and_restore_is_byte_identical
 
     restored = ch.restore(host(d), result)
     assert restored == {"restored": True, "exact": True, "restarted": True,
-                        "message": f"{d.config_file} restored byte for byte"}
+                        "message": f"{d.config_file} restored byte for byte; {dropin_path(d)} removed"}
     assert d.config_file.read_bytes() == original
     assert not dropin_path(d).exists() and not (d.workdir / "conf.d").exists()  # the directory was ours too
     assert not backup_path(d).exists()
@@ -555,6 +555,23 @@ def test_version_3_gets_a_minimal_dropin_and_an_exact_restore(containerd, tmp_pa
     assert again["changed"] is False
     ch.restore(h, result, mode="none")
     assert config.read_text() == V3_CONFIG and not dropin.exists()
+
+
+def test_version_3_refuses_only_later_files_that_set_the_same_keys(containerd, tmp_path):
+    (tmp_path / "conf.d").mkdir()
+    config, dropin = tmp_path / "config.toml", tmp_path / "conf.d" / "50-enflame.toml"
+    config.write_text(V3_CONFIG.replace("version = 3\n", f'version = 3\nimports = ["{tmp_path}/conf.d/*.toml"]\n'))
+    h = host(containerd, config_toml=str(config), dropin=str(dropin), restart_command=["false"])
+    # Sections merge on 2.x: a later file with other CRI settings is fine...
+    (tmp_path / "conf.d" / "90-site.toml").write_text(f'version = 3\n[plugins."{V3}"]\n  enable_selinux = true\n')
+    result = ch.activate(h, "/x", mode="none")
+    assert result["importAdded"] is False and config.read_text().startswith("version = 3\nimports = [")
+    ch.restore(h, result, mode="none")
+    # ...one that sets the default runtime would undo ours.
+    (tmp_path / "conf.d" / "90-site.toml").write_text(f'version = 3\n[plugins."{V3}".containerd]\n  default_runtime_name = "crun"\n')
+    with pytest.raises(ch.ContainerdConfigError, match="90-site.toml is loaded after"):
+        ch.activate(h, "/x", mode="none")
+    assert not dropin.exists()
 
 
 @pytest.mark.parametrize("text, fragment", [

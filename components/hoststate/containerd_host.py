@@ -819,12 +819,13 @@ def plan(host: ContainerdHost, runtime_path: str, config: Optional[bytes]) -> Pl
     desired_config = desired_text.encode("utf-8")
     order = _load_order(host, s.config_toml, tomllib.loads(desired_text))
     position = [path for path, _ in order].index(dropin_path)
-    later = [path for path, parsed in order[position + 1:] if _plugin_section(parsed, plugin) is not None]
+    later = [path for path, parsed in order[position + 1:] if _overrides(_plugin_section(parsed, plugin), version, s.set_default)]
     if later:
         raise ContainerdConfigError(
-            f"node {s.label}: {', '.join(later)} set(s) containerd's CRI plugin section and is loaded after {s.dropin}, so "
-            f"the enflame runtime would be overridden; nothing was written: merge its CRI settings into {s.config_toml} "
-            "or load it before the drop-in"
+            f"node {s.label}: {', '.join(later)} is loaded after {s.dropin} and sets containerd's CRI "
+            + ("plugin section, which replaces the drop-in's on containerd 1.x" if version == 2 else "runtime settings the drop-in sets")
+            + f", so the enflame runtime would be overridden; nothing was written: merge its CRI settings into "
+            f"{s.config_toml} or load it before the drop-in"
         )
     runtime = {"runtime_type": RUNTIME_TYPE, "options": {"BinaryName": runtime_path}}
     cri_source = None
@@ -854,6 +855,17 @@ def plan(host: ContainerdHost, runtime_path: str, config: Optional[bytes]) -> Pl
         header = DROPIN_HEADER
     dropin = (header + dumps({"version": version, "plugins": {plugin: section}})).encode("utf-8")
     return Plan(version, desired_config, dropin, covered, cri_source)
+
+
+def _overrides(section: Optional[dict], version: int, set_default: bool) -> bool:
+    """Whether a file loaded after the drop-in undoes it: on 1.x any CRI section replaces the drop-in's;
+    on 2.x (sections merge) only the same keys do."""
+    if section is None:
+        return False
+    if version == 2:
+        return True
+    containerd = section.get("containerd") or {}
+    return RUNTIME_NAME in (containerd.get("runtimes") or {}) or (set_default and "default_runtime_name" in containerd)
 
 
 def _carried_section(dropin: Optional[bytes], plugin: str) -> Optional[dict]:
@@ -1002,9 +1014,10 @@ def activate(host: ContainerdHost, runtime_path: str, mode: str = "restart") -> 
                 new_dirs += host.make_directories(os.path.dirname(s.config_toml) or "/")
         except OSError as error:
             host.remove_directories(new_dirs)
+            where = error.filename or os.path.dirname(s.dropin)
             raise ContainerdConfigError(
-                f"node {s.label}: cannot create the directory for {s.dropin} ({error.strerror or error}); nothing was written: "
-                "choose another drop-in path or fix the directory, then run `pulumi up` again"
+                f"node {s.label}: cannot create the directory {where} for {s.dropin} ({error.strerror or error}); nothing "
+                "was written: choose another drop-in path or fix the directory, then run `pulumi up` again"
             ) from None
         try:
             created = created + new_dirs
@@ -1109,8 +1122,7 @@ def restore(host: ContainerdHost, state: dict, mode: str = "restart") -> dict:
         import_added, key_added = bool(state.get("importAdded")), bool(state.get("importKeyAdded"))
         entry = state.get("importEntry") or s.dropin
         created = list(state.get("createdDirs") or [])
-    else:  # only the on-host record (e.g. after the toolkit entrypoint's own activation)
-        assert backup is not None
+    elif backup is not None:  # only the on-host record (e.g. after the toolkit entrypoint's own activation)
         original, written, original_dropin, created = backup["config"], backup["written"], backup["dropin"], backup["createdDirs"]
         entry = s.dropin
         original_data = parse_toml(original, s.config_toml, s.label)
@@ -1164,15 +1176,19 @@ def restore(host: ContainerdHost, state: dict, mode: str = "restart") -> dict:
                 f"does not answer ({problem}): check containerd's log"
             )
     exact = target == original
+    if target == current:
+        said = f"{s.config_toml} " + ("was not changed by gcu-stack" if exact else "left as it is (edited since, without gcu-stack's import)")
+    elif exact:
+        said = f"{s.config_toml} restored byte for byte"
+    else:
+        said = f"{s.config_toml} was edited since: only the import of {entry} was removed"
+    if target_dropin != current_dropin:
+        said += f"; {s.dropin} " + ("removed" if target_dropin is None else "put back as it was")
     return {
         "restored": changed,
         "exact": exact,
         "restarted": restarted,
-        "message": (
-            "nothing to restore" if not changed
-            else f"{s.config_toml} restored byte for byte" if exact
-            else f"{s.config_toml} was edited since: only the import of {entry} was removed"
-        ),
+        "message": said if changed else "nothing to restore",
     }
 
 
