@@ -430,9 +430,14 @@ def test_inspect_reports_drift_and_activation_repairs_it(containerd, fresh):
 # ----------------------------------------------------------------------------- CLI (pod and toolkit image)
 
 
-def test_cli_activate_restore_and_refusal(containerd, fresh):
+def test_cli_activate_restore_and_refusal(containerd, fresh, tmp_path):
     d = containerd
-    script = PROJECT_DIR / "components" / "hoststate" / "containerd_host.py"
+    # The toolkit image ships the two files alone (e.g. /opt/gcu-stack/): run them from such a directory.
+    shipped = tmp_path / "opt-gcu-stack"
+    shipped.mkdir()
+    for name in ("containerd_host.py", "cri_client.py"):
+        shutil.copy(PROJECT_DIR / "components" / "hoststate" / name, shipped / name)
+    script = shipped / "containerd_host.py"
     common = ["--config-toml", str(d.config_file), "--dropin", str(dropin_path(d)), "--address", d.address,
               "--restart-command", shlex.join(d.restart_command()), "--node", "new-node"]
     done = subprocess.run([PYTHON, str(script), "activate", "--runtime-path", d.runc_path, *common], capture_output=True, text=True)
