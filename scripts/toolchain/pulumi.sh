@@ -8,7 +8,13 @@
 #   eval "$(scripts/toolchain/pulumi.sh env)"              only print the export lines (no build, no network)
 #   scripts/toolchain/pulumi.sh install-plugins [HOME]     fast (~30 ms, no pulumi process): give a fresh PULUMI_HOME
 #                                                          the cached provider plugins (default: $PULUMI_HOME)
-#   scripts/toolchain/pulumi.sh status                     what was resolved/built, with sizes
+#   scripts/toolchain/pulumi.sh status                     what was resolved/built, with sizes; says which plugins
+#                                                          are substitutes and what they were built from
+#   scripts/toolchain/pulumi.sh detect [--no-install]      is the `pulumi` on PATH usable as it is? Exit 0 if it is at
+#                                                          least v$GCU_PULUMI_MIN_VERSION (default: the pinned SDK's
+#                                                          version) and the engine has, or (unless --no-install) can
+#                                                          install, the kubernetes plugin the pinned SDK asks for.
+#                                                          Says which CLI/plugin it found, or why not, on stderr.
 #
 # Versions come from requirements.txt (pulumi, pulumi-kubernetes, pulumi-docker). Caches:
 #   $GCU_CACHE_DIR (default ~/.cache/gcu-stack)/go/{mod,build}        GOMODCACHE / GOCACHE
@@ -20,9 +26,14 @@
 #   $GCU_CACHE_DIR/pulumi-home                                         default PULUMI_HOME (plugins installed here)
 #
 # Environment: GCU_CACHE_DIR, PULUMI_HOME, GO (a go binary to use), GCU_PULUMI_STRICT=1 (refuse substitutes),
-#   GCU_PULUMI_CLI_FALLBACK, GCU_KUBERNETES_PROVIDER_REF, GCU_DOCKER_PROVIDER_REF (see "Sources" below).
+#   GCU_PULUMI_CLI_FALLBACK, GCU_KUBERNETES_PROVIDER_REF, GCU_DOCKER_PROVIDER_REF (see "Sources" below),
+#   GCU_PULUMI_MIN_VERSION (detect), GCU_TIMINGS_FILE (append "part<TAB>seconds<TAB>what" lines, read by .ci/run).
 #
 # Gotchas (found while making this work offline):
+#  * requirements.txt pins stable releases (pulumi-kubernetes 4.25.0), whose plugins the official CLI downloads by
+#    itself. The proxy here has no source for provider 4.25.0; the nearest it serves is the commit the pre-release
+#    4.25.0a1768448096 was cut from (2026-01-15), so that commit is built and installed as plugin 4.25.0 - a
+#    SUBSTITUTE, which the build log and `status` say. Users with the official CLI never see it (detect picks theirs).
 #  * The Go module proxy reachable here is a partial mirror. It answers 403 "This module version is not available"
 #    for github.com/pulumi/pulumi/pkg/v3@v3.272.0 (newest pkg/v3 zip it serves is v3.259.0), for every version of
 #    github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3 and github.com/pulumi/pulumi-docker/provider/v4,
@@ -60,14 +71,16 @@ STRICT="${GCU_PULUMI_STRICT:-0}"
 PULUMI_CLI_FALLBACK="${GCU_PULUMI_CLI_FALLBACK:-3.259.0}"
 # Known provider/v4 pseudo-versions: "<pypi version of the SDK built from that commit>=<module version>".
 # v4.0.0-20260115033456-f47bc2d6f199 is the only provider/v4 the proxy serves; PyPI pulumi-kubernetes
-# 4.25.0a1768448096 is the SDK built from the same commit (1768448096 == 2026-01-15T03:34:56Z).
+# 4.25.0a1768448096 is the SDK built from the same commit (1768448096 == 2026-01-15T03:34:56Z). The stable pin
+# (4.25.0) has no entry, so this commit is its substitute (the build cache is keyed by the source, not the pin).
 KUBERNETES_PROVIDER_REFS=("4.25.0a1768448096=v4.0.0-20260115033456-f47bc2d6f199")
 KUBERNETES_PROVIDER_FALLBACK="4.25.0a1768448096"
 DOCKER_PROVIDER_REFS=()        # none on the proxy
 DOCKER_PROVIDER_FALLBACK=""
-# Go: pulumi pkg/v3 v3.259.0 declares `go 1.25.11`; this toolchain module is fetched from the proxy if needed.
+# Go: pulumi pkg/v3 v3.259.0 declares `go 1.25.11`; scripts/toolchain/go.sh fetches a Go if the machine has none.
 GO_MIN_VERSION=1.25.11
-GO_DOWNLOAD_VERSION=1.26.8
+# shellcheck source=go.sh
+. "$(dirname "$SELF")/go.sh"
 
 # ------------------------------------------------------------------------------------------------ helpers
 log() { echo "[pulumi.sh] $*" >&2; }
@@ -76,7 +89,10 @@ die() { echo "[pulumi.sh] ERROR: $*" >&2; exit 1; }
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 TIMINGS=()
-timing() { TIMINGS+=("$(printf '%-34s %8ss  %s' "$1" "$2" "$3")"); log "$1: $3 in $2s"; }
+timing() {
+  TIMINGS+=("$(printf '%-34s %8ss  %s' "$1" "$2" "$3")"); log "$1: $3 in $2s"
+  if [ -n "${GCU_TIMINGS_FILE:-}" ]; then printf 'pulumi.sh/%s\t%s\t%s\n' "$1" "$2" "$3" >> "$GCU_TIMINGS_FILE"; fi
+}
 
 # req_version NAME -> the version pinned as NAME==X in requirements.txt (PEP 503 name normalisation).
 req_version() {
@@ -95,7 +111,6 @@ pep440_to_semver() {
     -e 's/^([0-9]+\.[0-9]+\.[0-9]+)b([0-9]+)$/\1-beta.\2/' -e 's/^([0-9]+\.[0-9]+\.[0-9]+)rc([0-9]+)$/\1-rc.\2/'
 }
 
-ver_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
 
 PULUMI_PIN="$(req_version pulumi)"
 KUBERNETES_PIN="$(req_version pulumi-kubernetes)"
@@ -119,57 +134,16 @@ go_env() {
 
 # ------------------------------------------------------------------------------------------------ Go toolchain
 GO_BIN=""
-go_version_of() { "$1" env GOVERSION 2>/dev/null | sed 's/^go//'; }
 ensure_go() {
-  local t0 cand v
+  local t0
   t0="$(now)"
-  for cand in "${GO:-}" "$(command -v go 2>/dev/null || true)" /usr/local/go/bin/go \
-              "$CACHE_DIR/go/sdk/go$GO_DOWNLOAD_VERSION/bin/go"; do
-    [ -n "$cand" ] && [ -x "$cand" ] || continue
-    v="$(go_version_of "$cand")"
-    # Debian bookworm's golang-go is 1.19: too old (and too old to auto-switch toolchains).
-    if [ -n "$v" ] && ver_ge "$v" "$GO_MIN_VERSION"; then GO_BIN="$cand"; break; fi
-  done
+  GO_BIN="$(go_pick "$GO_MIN_VERSION")"
   if [ -z "$GO_BIN" ]; then
-    download_go
-    GO_BIN="$CACHE_DIR/go/sdk/go$GO_DOWNLOAD_VERSION/bin/go"
+    GO_BIN="$(go_fetch)" || die "no go >= $GO_MIN_VERSION on this machine and fetching go$GO_DOWNLOAD_VERSION failed"
     timing "go toolchain" "$(elapsed "$t0")" "downloaded go$GO_DOWNLOAD_VERSION"
   fi
   export PATH="$(dirname "$GO_BIN"):$PATH"
   log "using $GO_BIN (go$(go_version_of "$GO_BIN"))"
-}
-
-# The Go distribution is itself a module on the proxy (golang.org/toolchain); fetch it and check its h1: hash
-# against the checksum database, like `go` does when it switches toolchains.
-download_go() {
-  local arch mod url dest tmp
-  case "$(uname -m)" in x86_64) arch=amd64 ;; aarch64|arm64) arch=arm64 ;; *) die "unsupported arch $(uname -m)" ;; esac
-  mod="golang.org/toolchain@v0.0.1-go$GO_DOWNLOAD_VERSION.linux-$arch"
-  url="${GOPROXY%%,*}"; url="${url:-https://proxy.golang.org}"
-  [ "$url" != direct ] && [ "$url" != off ] || url=https://proxy.golang.org
-  dest="$CACHE_DIR/go/sdk/go$GO_DOWNLOAD_VERSION"
-  tmp="$(mktemp -d)"
-  log "no go >= $GO_MIN_VERSION found; downloading $mod from $url"
-  curl -fsSL -o "$tmp/go.zip" "$url/golang.org/toolchain/@v/v0.0.1-go$GO_DOWNLOAD_VERSION.linux-$arch.zip"
-  curl -fsSL -o "$tmp/lookup" "$url/sumdb/sum.golang.org/lookup/$mod" || : > "$tmp/lookup"
-  python3 - "$tmp/go.zip" "$tmp/lookup" "${mod%@*}" "${mod#*@}" <<'PY'
-import base64, hashlib, sys, zipfile
-zpath, lookup, mod, ver = sys.argv[1:]
-want = [l.split()[2] for l in open(lookup) if l.startswith(f"{mod} {ver} h1:")]
-with zipfile.ZipFile(zpath) as z:
-    names = sorted(z.namelist())
-    summary = "".join(f"{hashlib.sha256(z.read(n)).hexdigest()}  {n}\n" for n in names)
-got = "h1:" + base64.b64encode(hashlib.sha256(summary.encode()).digest()).decode()
-if not want:
-    sys.exit(f"cannot verify {mod}@{ver}: no sumdb entry")
-if got != want[0]:
-    sys.exit(f"checksum mismatch for {mod}@{ver}: {got} != {want[0]}")
-PY
-  mkdir -p "$tmp/x" "$(dirname "$dest")"
-  (cd "$tmp/x" && unzip -q ../go.zip)
-  rm -rf "$dest"
-  mv "$tmp/x/$mod" "$dest"
-  rm -rf "$tmp"
 }
 
 # mod_download MODULE@VERSION -> prints the module's source dir, or fails (with go's error on stderr).
@@ -726,7 +700,8 @@ for r in json.load(sys.stdin).get("Replace") or []:
 }
 
 # provider NAME PIN PLUGIN_VERSION MODULE VERSIONVAR OVERRIDE FALLBACK REFS...
-# Records "NAME PLUGIN_VERSION BINARY" lines in $CACHE_DIR/resolved/plugins-<pins> for install-plugins.
+# Records "NAME PLUGIN_VERSION BINARY SOURCE" lines in $CACHE_DIR/resolved/plugins-<pins> for install-plugins and
+# status; SOURCE is "exact:MODULE@VERSION" or "substitute:MODULE@VERSION=STAMP".
 PLUGIN_LINES=()
 provider() {
   local name="$1" pin="$2" plugver="$3" module="$4" versionvar="$5" override="$6" fallback="$7" res modver stamp kind
@@ -742,8 +717,8 @@ provider() {
   read -r modver stamp kind <<<"$res"
   if [ "$kind" = substitute ]; then
     warn "pulumi-resource-$name: pinned SDK $pin needs provider $plugver, whose source is not on the Go module" \
-         "proxy; SUBSTITUTING $module@$modver (= upstream $stamp). It is installed as plugin version $plugver" \
-         "(what the SDK requests) but reports $stamp."
+         "proxy; SUBSTITUTING $module@$modver (the source of upstream $stamp). It is installed as plugin version" \
+         "$plugver (what the SDK requests) but reports $stamp."
   fi
   if ! build_provider "$name" "$module" "$modver" "$stamp" "$versionvar"; then
     [ "$STRICT" = 1 ] && die "cannot download $module@$modver"
@@ -751,7 +726,7 @@ provider() {
     timing "pulumi-resource-$name $pin" 0.0 "SKIPPED (download failed)"
     return 0
   fi
-  PLUGIN_LINES+=("$name $plugver $PROVIDER_BIN")
+  PLUGIN_LINES+=("$name $plugver $PROVIDER_BIN $kind:$module@$modver=$stamp")
 }
 
 # ------------------------------------------------------------------------------------------------ plugin install
@@ -761,7 +736,7 @@ plugins_manifest() { echo "$RESOLVED_DIR/plugins-k$KUBERNETES_PIN-d$DOCKER_PIN";
 install_plugins_official() {
   local home="$1" t0 name ver bin inst
   t0="$(now)"
-  while read -r name ver bin; do
+  while read -r name ver bin _; do
     [ -n "$name" ] || continue
     inst="$home/plugins/resource-$name-v$ver/pulumi-resource-$name"
     # Up to date if installed after the binary was built, with the same size (cmp of 300 MB costs ~1.5 s).
@@ -814,6 +789,61 @@ current_cli_version() {
   cat "$rec"
 }
 
+# ------------------------------------------------------------------------------------------------ detect
+# The lowest CLI used as it is: the pinned SDK's own version. Pulumi releases the CLI and the SDK together, a CLI is
+# compatible with SDKs up to its own version, and the Automation API (which the tests and bench use) asks for a CLI
+# at least as new as the SDK.
+PULUMI_MIN_CLI="${GCU_PULUMI_MIN_VERSION:-$PULUMI_PIN}"
+
+plugin_listed() {   # plugin_listed CLI -> 0 if `pulumi plugin ls` has resource kubernetes $KUBERNETES_PLUGIN_VERSION
+  PULUMI_SKIP_UPDATE_CHECK=true timeout 60 "$1" plugin ls --json </dev/null 2>/dev/null | python3 -c '
+import json, sys
+want = sys.argv[1]
+try:
+    plugins = json.load(sys.stdin) or []
+except ValueError:
+    sys.exit(1)
+sys.exit(0 if any(p.get("name") == "kubernetes" and p.get("kind") == "resource" and p.get("version") == want
+                  for p in plugins) else 1)' "$KUBERNETES_PLUGIN_VERSION"
+}
+
+detect() {
+  local no_install=0 cli real v
+  [ "${1:-}" = --no-install ] && no_install=1
+  cli="$(command -v pulumi 2>/dev/null || true)"
+  if [ -z "$cli" ]; then log "no pulumi on PATH"; return 1; fi
+  real="$(readlink -f "$cli")"
+  case "$real" in
+    "$(mkdir -p "$CACHE_DIR" && cd "$CACHE_DIR" && pwd -P)"/*)
+      log "the pulumi on PATH ($cli) is this toolchain's own build, not an installed CLI"; return 1 ;;
+  esac
+  v="$(PULUMI_SKIP_UPDATE_CHECK=true timeout 60 "$cli" version </dev/null 2>/dev/null | head -n1 | tr -d '[:space:]')"
+  v="${v#v}"
+  if [ -z "$v" ]; then log "'$cli version' failed"; return 1; fi
+  if ! ver_ge "$v" "$PULUMI_MIN_CLI"; then
+    log "the pulumi on PATH ($cli) is v$v, older than v$PULUMI_MIN_CLI (the pinned SDK's version, the minimum;" \
+        "upgrade it, or set GCU_PULUMI_MIN_VERSION to try an older one)"
+    return 1
+  fi
+  if plugin_listed "$cli"; then
+    log "Pulumi: using the installed CLI $cli (v$v) and its kubernetes provider plugin $KUBERNETES_PLUGIN_VERSION"
+    return 0
+  fi
+  if [ "$no_install" = 1 ]; then
+    log "Pulumi: the installed CLI $cli (v$v) is usable; it has no kubernetes plugin $KUBERNETES_PLUGIN_VERSION yet," \
+        "so 'pulumi plugin install resource kubernetes $KUBERNETES_PLUGIN_VERSION' would be tried first"
+    return 0
+  fi
+  log "installing the kubernetes provider plugin $KUBERNETES_PLUGIN_VERSION with $cli"
+  if timeout 300 "$cli" plugin install resource kubernetes "$KUBERNETES_PLUGIN_VERSION" </dev/null >&2 \
+     && plugin_listed "$cli"; then
+    log "Pulumi: using the installed CLI $cli (v$v) and the kubernetes provider plugin $KUBERNETES_PLUGIN_VERSION"
+    return 0
+  fi
+  log "the installed CLI $cli (v$v) cannot get the kubernetes provider plugin $KUBERNETES_PLUGIN_VERSION"
+  return 1
+}
+
 # ------------------------------------------------------------------------------------------------ main
 cmd="${1:-build}"
 case "$cmd" in
@@ -831,13 +861,27 @@ case "$cmd" in
       install_plugins_fast "$home"
     fi
     ;;
+  detect)
+    detect "${2:-}"
+    ;;
   status)
     CLI_VERSION="$(current_cli_version)"
     echo "pins: pulumi==$PULUMI_PIN pulumi-kubernetes==$KUBERNETES_PIN pulumi-docker==$DOCKER_PIN"
     echo "CLI: v$CLI_VERSION"
     ls -la "$CACHE_DIR/pulumi-$CLI_VERSION/bin/"
-    echo "plugins (name, installed-as version, binary):"
-    cat "$(plugins_manifest)" 2>/dev/null || true
+    echo "plugins:"
+    while read -r name ver bin src; do
+      [ -n "$name" ] || continue
+      case "$src" in
+        substitute:*)
+          src="${src#substitute:}"
+          echo "  $name $ver: SUBSTITUTE - plugin $ver is NOT built from the pulumi-$name v$ver release: it is built from" \
+               "${src%=*} (the source of upstream ${src##*=}), the nearest source the Go module proxy here serves," \
+               "and installed under version $ver because the pinned SDK asks for that. Binary: $bin" ;;
+        exact:*) src="${src#exact:}"; echo "  $name $ver: built from ${src%=*}. Binary: $bin" ;;
+        *) echo "  $name $ver: $bin" ;;
+      esac
+    done < "$(plugins_manifest)" 2>/dev/null || true
     echo "PULUMI_HOME=${PULUMI_HOME:-$DEFAULT_PULUMI_HOME}:"
     PULUMI_HOME="${PULUMI_HOME:-$DEFAULT_PULUMI_HOME}" PULUMI_SKIP_UPDATE_CHECK=true \
       "$CACHE_DIR/pulumi-$CLI_VERSION/bin/pulumi" plugin ls 2>/dev/null || true
@@ -887,6 +931,6 @@ case "$cmd" in
     sed -n '2,/^set -euo/p' "$SELF" | sed -e '$d' -e 's/^# \{0,1\}//'
     ;;
   *)
-    die "unknown command '$cmd' (build | env | install-plugins [PULUMI_HOME] | status)"
+    die "unknown command '$cmd' (build | env | install-plugins [PULUMI_HOME] | status | detect [--no-install])"
     ;;
 esac
