@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# The test command: set up (cached), then every test — unit tests under Pulumi mocks,
-# real kube-apiserver/dockerd tests, real image builds and the end-to-end engine tests.
+# The test command: set up (cached), build the whole toolchain (the tests need both the local control plane and the
+# Pulumi toolchain built from Go modules), then every test — unit tests under Pulumi mocks, real kube-apiserver /
+# dockerd tests, real image builds and the end-to-end engine tests.
 # Extra arguments go to pytest (e.g. scripts/test.sh -k gcu_nodes).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup.sh"
-eval "$("$ROOT/scripts/toolchain/pulumi.sh" env)"
+eval "$("$ROOT/scripts/toolchain.sh" all)"
 cd "$ROOT"
-exec .venv/bin/python -m pytest tests "$@"
+started=$(date +%s.%N)
+rc=0
+.venv/bin/python -m pytest tests "$@" || rc=$?
+secs="$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')"
+if [ -n "${GCU_TIMINGS_FILE:-}" ]; then printf 'test.sh/pytest\t%s\texit %s\n' "$secs" "$rc" >> "$GCU_TIMINGS_FILE"; fi
+echo "==> tests took ${secs}s" >&2
+exit "$rc"
