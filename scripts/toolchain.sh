@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# The toolchain step, in parts; each command runs only the parts it needs.
+# The toolchain step, in parts; each command asks only for the parts it needs.
 #
-#   scripts/toolchain.sh pulumi   the Pulumi CLI and the kubernetes provider plugin: the `pulumi` on PATH when it is
-#                                 new enough and the engine has (or can install) the provider version the SDK asks
-#                                 for (scripts/toolchain/pulumi.sh detect); otherwise, or with GCU_BUILD_PULUMI=1,
-#                                 built from Go modules (scripts/toolchain/pulumi.sh build). Used by scripts/gcu-stack.
-#   scripts/toolchain.sh kube     the local control plane, kwok, etcd and the private dockerd/containerd packages
-#                                 (scripts/toolchain/kube.sh). Used by scripts/gcu-stack when no cluster answers.
-#   scripts/toolchain.sh all      both, the Pulumi toolchain always built from Go modules (the tests drive the
-#                                 engine with the built CLI, language host and provider). Used by scripts/test.sh.
-#                                 When both have something to build they build side by side (2 cores: the links of
-#                                 one overlap the compiles of the other), each logging to $GCU_CACHE_DIR/logs/.
+#   scripts/toolchain.sh pulumi       the Pulumi CLI and the kubernetes provider plugin: the `pulumi` on PATH when it is
+#                                     new enough and the engine has (or can install) the provider version the SDK asks
+#                                     for (scripts/toolchain/pulumi.sh detect); otherwise, or with GCU_BUILD_PULUMI=1,
+#                                     built from Go modules (scripts/toolchain/pulumi.sh build). scripts/gcu-stack.
+#   scripts/toolchain.sh kube         the local control plane, etcd, kwok and the private dockerd/containerd packages
+#                                     (scripts/toolchain/kube.sh). scripts/gcu-stack, when no cluster answers.
+#   scripts/toolchain.sh pulumi kube  both (the embedded cluster).
+#   scripts/toolchain.sh all          both, the Pulumi toolchain always built from Go modules (the tests drive the
+#                                     engine with the built CLI, language host and provider). scripts/test.sh.
 #
-# stdout: `export` lines to eval (pulumi, all); everything else goes to stderr. Every part prints its time;
-# GCU_TIMINGS_FILE, when set, collects "part<TAB>seconds<TAB>what" lines (.ci/run prints them).
+# When the Pulumi toolchain and the local control plane are both wanted, they build side by side (2 cores: the links
+# and downloads of one overlap the compiles of the other), each logging to $GCU_CACHE_DIR/logs/{kube,pulumi}.log.
+# stdout: `export` lines to eval (when the Pulumi toolchain was built); everything else goes to stderr. Every part
+# prints its time; GCU_TIMINGS_FILE, when set, collects "part<TAB>seconds<TAB>what" lines (.ci/run prints them).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE_DIR="${GCU_CACHE_DIR:-$HOME/.cache/gcu-stack}"
@@ -22,17 +23,6 @@ KUBE_SH="$HERE/toolchain/kube.sh"
 
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-
-pulumi_part() {
-  if [ "${GCU_BUILD_PULUMI:-0}" = 1 ]; then
-    echo "==> Pulumi: building the toolchain from Go modules (GCU_BUILD_PULUMI=1)" >&2
-  elif "$PULUMI_SH" detect; then
-    return 0     # detect said which CLI and plugin; nothing to export
-  else
-    echo "==> Pulumi: building the toolchain from Go modules (no usable installed CLI, see above)" >&2
-  fi
-  "$PULUMI_SH" build
-}
 
 # run_logged NAME LOG CMD... : CMD's stdout to "$LOG.out", stderr to "$LOG"; on failure print the log's tail.
 run_logged() {
@@ -46,8 +36,8 @@ run_logged() {
   return "$rc"
 }
 
-all_parts() {
-  local t0 logs kpid ppid krc=0 prc=0
+both_side_by_side() {
+  local t0 logs kpid ppid krc=0 prc=0 secs
   t0="$(now)"
   logs="$CACHE_DIR/logs"; mkdir -p "$logs"
   echo "==> toolchain: local Kubernetes (kube.sh) and Pulumi (pulumi.sh) side by side;" \
@@ -62,15 +52,37 @@ all_parts() {
   grep -h -A 20 -E '^\[(kube|pulumi)\.sh\] timings:' "$logs/kube.log" "$logs/pulumi.log" >&2 || true
   [ "$krc" = 0 ] && [ "$prc" = 0 ] || { echo "==> toolchain FAILED (kube.sh exit $krc, pulumi.sh exit $prc)" >&2; exit 1; }
   cat "$logs/pulumi.log.out"
-  local secs; secs="$(elapsed "$t0")"
-  if [ -n "${GCU_TIMINGS_FILE:-}" ]; then printf 'toolchain.sh/all (wall)\t%s\t%s\n' "$secs" "kube.sh + pulumi.sh" >> "$GCU_TIMINGS_FILE"; fi
-  echo "==> toolchain ready in ${secs}s (wall; the parts above overlapped)" >&2
+  secs="$(elapsed "$t0")"
+  if [ -n "${GCU_TIMINGS_FILE:-}" ]; then
+    printf 'toolchain.sh (wall)\t%s\t%s\n' "$secs" "kube.sh + pulumi.sh side by side" >> "$GCU_TIMINGS_FILE"
+  fi
+  echo "==> toolchain ready in ${secs}s (wall; the two parts above overlapped)" >&2
 }
 
-part="${1:-}"
-case "$part" in
-  pulumi) pulumi_part ;;
-  kube) "$KUBE_SH" build ;;
-  all) all_parts ;;
-  *) echo "usage: scripts/toolchain.sh pulumi | kube | all" >&2; exit 2 ;;
-esac
+[ $# -gt 0 ] || { echo "usage: scripts/toolchain.sh pulumi | kube | pulumi kube | all" >&2; exit 2; }
+want_pulumi=0 want_kube=0 force="${GCU_BUILD_PULUMI:-0}"
+for part in "$@"; do
+  case "$part" in
+    pulumi) want_pulumi=1 ;;
+    kube) want_kube=1 ;;
+    all) want_pulumi=1; want_kube=1; force=1 ;;
+    *) echo "unknown part '$part' (pulumi, kube, all)" >&2; exit 2 ;;
+  esac
+done
+build_pulumi=0
+if [ "$want_pulumi" = 1 ]; then
+  if [ "$force" = 1 ]; then
+    echo "==> Pulumi: building the toolchain from Go modules ($([ "$*" = all ] && echo "the tests use it" \
+      || echo GCU_BUILD_PULUMI=1))" >&2
+    build_pulumi=1
+  elif "$PULUMI_SH" detect; then
+    :   # detect said which CLI and plugin it uses; nothing to export
+  else
+    echo "==> Pulumi: building the toolchain from Go modules (no usable installed CLI, see above)" >&2
+    build_pulumi=1
+  fi
+fi
+if [ "$build_pulumi" = 1 ] && [ "$want_kube" = 1 ]; then both_side_by_side
+elif [ "$build_pulumi" = 1 ]; then "$PULUMI_SH" build
+elif [ "$want_kube" = 1 ]; then "$KUBE_SH" build
+fi
