@@ -1,11 +1,6 @@
-"""Object-level ordering: each component's workload depends on its predecessor's workload objects."""
+"""The stack (components/stack.py): each link waits for the objects of its nearest deployed predecessors."""
 
-import pytest
-
-from components.chain import nearest_deployed, stages
-from components.stack import AFTER
-from harness import SEED_BLUEPRINT, run_program
-from test_config import seed_spec
+from harness import SEED_BLUEPRINT, run_program, seed_spec
 
 GCU_NODES = "pulumi-python:dynamic/gcu:GcuNodes"
 DOCKER_RUNTIME = "pulumi-python:dynamic/gcu:DockerRuntime"
@@ -98,32 +93,25 @@ def test_dependencies_point_at_objects_never_at_components():
             assert registration.dependencies == []
 
 
-def test_workload_waits_for_its_own_rbac_and_config():
+def test_inline_kubeconfig_is_a_secret_in_provider_inputs():
+    run = run_program({"blueprint": str(SEED_BLUEPRINT), "kubeconfig": "apiVersion: v1\nkind: Config\n"})
+    from pulumi.runtime.rpc import _special_sig_key, _special_secret_sig
+
+    # It reaches the engine marked secret, so state keeps it encrypted.
+    for type_ in (GCU_NODES, DOCKER_RUNTIME):
+        value = single(run, type_).inputs["kubeconfig"]
+        assert value[_special_sig_key] == _special_secret_sig
+
+
+def test_empty_spec_declares_no_provider_resources():
+    run = run_program({"spec": {}})
+    assert run.of_type(GCU_NODES) == [] and run.of_type(DOCKER_RUNTIME) == []
+    assert run.outputs["clusterGCUNodes"] == []
+
+
+def test_bundled_resources_use_an_explicit_provider_not_the_config_carrying_default():
     run = run_program({"blueprint": str(SEED_BLUEPRINT)})
-    deps = set(workload(run, "nfd").dependencies)
-    for kind, name in [
-        ("ServiceAccount", "nfd-service-account"),
-        ("ClusterRoleBinding", "nfd-clusterrolebinding"),
-        ("ConfigMap", "enflame-node-feature-discovery-config"),
-        ("NodeFeatureRule", "enflame-gcu-present"),
-    ]:
-        assert run.one(kind, name).urn in deps
-
-
-@pytest.mark.parametrize(
-    "present, key, expected",
-    [
-        ({"nfd", "gcuNodes", "driver", "toolkit"}, "toolkit", ["driver"]),
-        ({"nfd", "gcuNodes", "toolkit"}, "toolkit", ["gcuNodes"]),
-        ({"gcuNodes", "toolkit", "exporter"}, "exporter", ["toolkit"]),
-        ({"nfd", "exporter"}, "exporter", ["nfd"]),
-        ({"exporter"}, "exporter", []),
-    ],
-)
-def test_nearest_deployed(present, key, expected):
-    assert nearest_deployed(key, AFTER, present) == expected
-
-
-def test_stages_of_the_seed_chain():
-    present = {"nfd", "gcuNodes", "toolkit", "devicePlugin", "exporter", "gfd"}
-    assert stages(AFTER, present) == [["nfd"], ["gcuNodes"], ["toolkit"], ["devicePlugin"], ["exporter", "gfd"]]
+    (provider,) = run.of_type("pulumi:providers:pulumi-python")
+    assert provider.inputs == {}
+    for type_ in (GCU_NODES, DOCKER_RUNTIME):
+        assert single(run, type_).provider.startswith(provider.urn + "::")

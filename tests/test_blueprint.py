@@ -1,41 +1,10 @@
-"""Blueprint and stack-config validation: every bad input fails before any object is declared."""
+"""The blueprint model (components/blueprint.py, spec.py): every bad input names its field; old names work."""
 
 import json
 
-import pulumi
 import pytest
-import yaml
 
-from harness import SEED_BLUEPRINT, run_program
-
-SEED = json.loads(SEED_BLUEPRINT.read_text())
-DELETE = object()  # seed_spec(**{path: DELETE}) removes the key
-
-
-def seed_spec(**changes):
-    spec = json.loads(json.dumps(SEED["spec"]))
-    for path, value in changes.items():
-        node = spec
-        *parents, last = path.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        if value is DELETE:
-            node.pop(last, None)
-        else:
-            node[last] = value
-    return spec
-
-
-
-def fails(config, *expected):
-    """The program fails with every expected fragment and declares nothing but the stack."""
-    with pytest.raises(pulumi.RunError) as caught:
-        run_program(config)
-    message = str(caught.value)
-    for fragment in expected:
-        assert fragment in message, f"{fragment!r} not in:\n{message}"
-    assert [r.type for r in caught.value.registrations] == ["pulumi:pulumi:Stack"], "declared something before failing"
-    return message
+from harness import SEED, SEED_BLUEPRINT, DELETE, fails, run_program, seed_spec
 
 
 def test_unknown_field_is_named_with_a_suggestion():
@@ -45,17 +14,6 @@ def test_unknown_field_is_named_with_a_suggestion():
 
 def test_unknown_component_key_lists_nothing_close_gets_allowed_keys():
     fails({"spec": {"gpuExporter": {}}}, "spec.gpuExporter: unknown field", "exporter")
-
-
-def test_memory_unit_must_be_one_of_the_share_levels():
-    spec = seed_spec(**{"gcusharePlugin.memoryUnit": "0.5"})
-    fails({"spec": spec}, "spec.gcusharePlugin.memoryUnit: must be one of 1, 0.1, 0.01, 0.001")
-
-
-@pytest.mark.parametrize("unit", ["1", "0.1", "0.01", "0.001", 1, 0.1])
-def test_memory_unit_accepts_every_level_as_string_or_number(unit):
-    spec = seed_spec(**{"gcusharePlugin.memoryUnit": unit})
-    run_program({"spec": spec})
 
 
 def test_invalid_value_in_a_component_that_is_not_deployed_is_still_an_error():
@@ -108,30 +66,6 @@ def test_all_problems_are_reported_at_once():
     fails({"spec": spec}, "spec.exporter.imagePulPolicy", "spec.toolkit.imagePullPolicy")
 
 
-def test_blueprint_and_spec_together_is_an_error():
-    fails({"blueprint": str(SEED_BLUEPRINT), "spec": SEED["spec"]}, "gcu-stack:blueprint and gcu-stack:spec are both set")
-
-
-def test_no_blueprint_at_all_says_how_to_set_one():
-    fails({}, "no blueprint", "pulumi config set gcu-stack:blueprint")
-
-
-def test_missing_blueprint_file_is_named(tmp_path):
-    fails({"blueprint": str(tmp_path / "nope.json")}, "gcu-stack:blueprint: file", "nope.json does not exist")
-
-
-def test_malformed_json_names_file_and_line(tmp_path):
-    path = tmp_path / "gr.json"
-    path.write_text('{\n  "apiVersion": "topsops.enflame.com/v1",\n  "kind": GcuResource\n}')
-    fails({"blueprint": str(path)}, str(path), "line 3", "not valid JSON")
-
-
-def test_malformed_yaml_names_file_and_line(tmp_path):
-    path = tmp_path / "gr.yaml"
-    path.write_text("apiVersion: topsops.enflame.com/v1\nkind: GcuResource\nspec:\n  nfd: [unclosed\n")
-    fails({"blueprint": str(path)}, str(path), "not valid YAML")
-
-
 @pytest.mark.parametrize(
     "change, expected",
     [
@@ -147,23 +81,6 @@ def test_document_level_errors(tmp_path, change, expected):
     fails({"blueprint": str(path)}, expected)
 
 
-def test_file_that_is_not_an_object(tmp_path):
-    path = tmp_path / "gr.yaml"
-    path.write_text("- a\n- b\n")
-    fails({"blueprint": str(path)}, "must hold one GcuResource object")
-
-
-def test_unknown_stack_setting_is_named():
-    fails({"blueprint": str(SEED_BLUEPRINT), "kubeContxt": "x"}, "gcu-stack:kubeContxt: unknown setting (did you mean gcu-stack:kubeContext?)")
-
-
-def test_relative_blueprint_resolves_against_the_project_dir(tmp_path):
-    (tmp_path / "blueprints").mkdir()
-    (tmp_path / "blueprints" / "gr.yaml").write_text(yaml.safe_dump(SEED))
-    run = run_program({"blueprint": "blueprints/gr.yaml"}, project_dir=tmp_path)
-    assert run.outputs["readyResource"] == "5/5"
-
-
 def test_exported_cluster_object_with_status_and_server_metadata_is_accepted(tmp_path):
     exported = {
         **SEED,
@@ -176,8 +93,10 @@ def test_exported_cluster_object_with_status_and_server_metadata_is_accepted(tmp
     assert run.outputs["observedGeneration"] == 3
 
 
-def test_errors_declare_nothing():
-    with pytest.raises(pulumi.RunError) as caught:
-        run_program({"spec": seed_spec(**{"exporter.imagePulPolicy": "x"})})
-    # Only the stack itself was registered: no provider, no component, no object.
-    assert [r.type for r in caught.value.registrations] == ["pulumi:pulumi:Stack"]
+def test_plugin_is_another_name_for_device_plugin():
+    spec = seed_spec(devicePlugin=DELETE)
+    spec["plugin"] = SEED["spec"]["devicePlugin"]
+    run = run_program({"spec": spec})
+    assert run.component("devicePlugin")
+    assert run.one("DaemonSet", "enflame-gcu-k8s-plugin")
+    assert run.outputs["readyResource"] == "5/5"
