@@ -18,6 +18,9 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+# Type tokens of the bundled dynamic resources.
+GCU_NODES = "pulumi-python:dynamic/gcu:GcuNodes"
+DOCKER_RUNTIME = "pulumi-python:dynamic/gcu:DockerRuntime"
 # The seed's default blueprint (shared/seeds/gcu-resource.json), shipped with the project.
 SEED_BLUEPRINT = PROJECT_DIR / "blueprints" / "gcu-resource.json"
 
@@ -152,6 +155,10 @@ class Run:
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.registrations if r.type == type_]
+
+    def single(self, type_: str) -> Registration:
+        (found,) = self.of_type(type_)
+        return found
 
     def k8s(self) -> list[Registration]:
         """Kubernetes objects (Helm releases and the provider are not objects)."""

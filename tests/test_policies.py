@@ -620,14 +620,8 @@ def policy_resources(run):
     return list(by_urn.values())
 
 
-@pytest.mark.parametrize("config", [
-    {"blueprint": str(SEED_BLUEPRINT)},
-    # The seed with the driver on and the exporter in a namespace of its own.
-    {"spec": seed_spec(**{"driver.notDeploy": False, "exporter.namespace": "gcu-monitoring"})},
-], ids=["seed", "seed-driver-own-namespace"])
-def test_program_objects_have_no_mandatory_violation(config):
-    resources = policy_resources(run_program(config))
-    assert any(r.resource_type == DOCKER_RUNTIME for r in resources)
+def violations(resources) -> dict[str, list[str]]:
+    """Every policy's messages over the program's resources, by policy name (default pack config)."""
     found: dict[str, list[str]] = {}
     for policy in ALL_POLICIES:
         report = lambda message, urn=None, name=policy.name: found.setdefault(name, []).append(message)  # noqa: E731
@@ -636,6 +630,18 @@ def test_program_objects_have_no_mandatory_violation(config):
             continue
         for r in resources:
             policy.validate(ResourceValidationArgs(r.resource_type, r.props, r.urn, r.name, OPTS, None), report)
+    return found
+
+
+@pytest.mark.parametrize("config", [
+    {"blueprint": str(SEED_BLUEPRINT)},
+    # The seed with the driver on and the exporter in a namespace of its own.
+    {"spec": seed_spec(**{"driver.notDeploy": False, "exporter.namespace": "gcu-monitoring"})},
+], ids=["seed", "seed-driver-own-namespace"])
+def test_program_objects_have_no_mandatory_violation(config):
+    resources = policy_resources(run_program(config))
+    assert any(r.resource_type == DOCKER_RUNTIME for r in resources)
+    found = violations(resources)
     mandatory = {name: messages for name, messages in found.items() if POLICY[name].enforcement_level != EnforcementLevel.ADVISORY}
     assert mandatory == {}
     # The seed pins only NFD; every other image floats on `latest`, which is advice outside production.
@@ -652,13 +658,6 @@ def test_every_component_with_the_catalog_defaults_passes_the_pack_as_it_ships(p
     resources = policy_resources(
         run_program({"spec": spec, "nightingaleDbPassword": "pw"}, secret_keys=("nightingaleDbPassword",))
     )
-    found: dict[str, list[str]] = {}
-    for policy in ALL_POLICIES:
-        report = lambda message, urn=None, name=policy.name: found.setdefault(name, []).append(message)  # noqa: E731
-        if isinstance(policy, StackValidationPolicy):
-            policy.validate(StackValidationArgs(resources), report)
-            continue
-        for r in resources:
-            policy.validate(ResourceValidationArgs(r.resource_type, r.props, r.urn, r.name, OPTS, None), report)
+    found = violations(resources)
     mandatory = {name: messages for name, messages in found.items() if POLICY[name].enforcement_level != EnforcementLevel.ADVISORY}
     assert mandatory == {}

@@ -1,9 +1,7 @@
 """The stack (components/stack.py): each link waits for the objects of its nearest deployed predecessors."""
 
-from harness import SEED_BLUEPRINT, run_program, seed_spec
+from harness import DOCKER_RUNTIME, GCU_NODES, SEED_BLUEPRINT, run_program, seed_spec
 
-GCU_NODES = "pulumi-python:dynamic/gcu:GcuNodes"
-DOCKER_RUNTIME = "pulumi-python:dynamic/gcu:DockerRuntime"
 
 
 def workload(run, key):
@@ -33,18 +31,14 @@ def waits_for(run, key):
     return depends(run, workload(run, key))
 
 
-def single(run, type_):
-    (found,) = run.of_type(type_)
-    return found
-
 
 def test_seed_order_nfd_nodes_toolkit_runtime_device_plugin_then_exporter_and_gfd():
     run = run_program({"blueprint": str(SEED_BLUEPRINT)})
     assert waits_for(run, "nfd") == set()
-    assert depends(run, single(run, GCU_NODES)) == {"nfd"}
+    assert depends(run, run.single(GCU_NODES)) == {"nfd"}
     assert waits_for(run, "toolkit") == {"gcuNodes"}  # the driver is not deployed
     # After the toolkit's DaemonSet; its node list comes from GcuNodes.
-    assert depends(run, single(run, DOCKER_RUNTIME)) == {"toolkit", "gcuNodes"}
+    assert depends(run, run.single(DOCKER_RUNTIME)) == {"toolkit", "gcuNodes"}
     # The device plugin must not start before the runtime is active.
     assert waits_for(run, "devicePlugin") == {"dockerRuntime"}
     assert waits_for(run, "exporter") == {"devicePlugin"}
@@ -53,8 +47,8 @@ def test_seed_order_nfd_nodes_toolkit_runtime_device_plugin_then_exporter_and_gf
 
 def test_both_provider_resources_come_before_the_device_plugin_and_are_children():
     run = run_program({"blueprint": str(SEED_BLUEPRINT)})
-    assert run.by_urn(single(run, DOCKER_RUNTIME).parent).name == "toolkit"
-    assert run.by_urn(single(run, GCU_NODES).parent).type == "gcu:stack:GcuResource"
+    assert run.by_urn(run.single(DOCKER_RUNTIME).parent).name == "toolkit"
+    assert run.by_urn(run.single(GCU_NODES).parent).type == "gcu:stack:GcuResource"
 
 
 def test_driver_slots_in_between_gcu_nodes_and_toolkit():
@@ -77,7 +71,7 @@ def test_without_toolkit_there_is_no_runtime_step():
 
 def test_with_nothing_else_deployed_only_the_node_labels_come_first():
     run = run_program({"spec": {"exporter": {}, "gfd": {}}})
-    assert depends(run, single(run, GCU_NODES)) == set()
+    assert depends(run, run.single(GCU_NODES)) == set()
     assert waits_for(run, "exporter") == {"gcuNodes"}
     assert waits_for(run, "gfd") == {"gcuNodes"}
 
@@ -99,7 +93,7 @@ def test_inline_kubeconfig_is_a_secret_in_provider_inputs():
 
     # It reaches the engine marked secret, so state keeps it encrypted.
     for type_ in (GCU_NODES, DOCKER_RUNTIME):
-        value = single(run, type_).inputs["kubeconfig"]
+        value = run.single(type_).inputs["kubeconfig"]
         assert value[_special_sig_key] == _special_secret_sig
 
 
@@ -114,4 +108,4 @@ def test_bundled_resources_use_an_explicit_provider_not_the_config_carrying_defa
     (provider,) = run.of_type("pulumi:providers:pulumi-python")
     assert provider.inputs == {}
     for type_ in (GCU_NODES, DOCKER_RUNTIME):
-        assert single(run, type_).provider.startswith(provider.urn + "::")
+        assert run.single(type_).provider.startswith(provider.urn + "::")

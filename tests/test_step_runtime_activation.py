@@ -1,14 +1,8 @@
 """The toolkit's runtime-activation step (components/steps/runtime_activation.py) under mocks."""
 
-from harness import SEED_BLUEPRINT, ClusterMocks, run_program
-
-GCU_NODES = "pulumi-python:dynamic/gcu:GcuNodes"
-DOCKER_RUNTIME = "pulumi-python:dynamic/gcu:DockerRuntime"
+from harness import DOCKER_RUNTIME, GCU_NODES, SEED_BLUEPRINT, ClusterMocks, run_program
 
 
-def single(run, type_):
-    (found,) = run.of_type(type_)
-    return found
 
 
 def test_node_selection_and_docker_settings_come_from_stack_config():
@@ -19,9 +13,9 @@ def test_node_selection_and_docker_settings_come_from_stack_config():
             "dockerRuntime": {"mode": "restart", "transport": "local", "daemonJson": "/srv/docker/daemon.json"},
         }
     )
-    nodes = single(run, GCU_NODES).inputs
+    nodes = run.single(GCU_NODES).inputs
     assert nodes["names"] == ["a", "b"] and nodes.get("driverLabel") is None and nodes["pageSize"] == 100
-    runtime = single(run, DOCKER_RUNTIME).inputs
+    runtime = run.single(DOCKER_RUNTIME).inputs
     assert (runtime["mode"], runtime["transport"], runtime["daemonJson"]) == ("restart", "local", "/srv/docker/daemon.json")
     env = {e["name"]: e.get("value") for e in run.one("DaemonSet", "enflame-gcu-docker-plugin").inputs["spec"]["template"]["spec"]["containers"][0]["env"]}
     # Nodes that join later activate themselves with the same settings.

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
 
+from ..config import one_setting
 from ..manifests import labels, metadata
 from ..model import BuildContext, ComponentDef, ContainerDef, Extras, HostMount, RbacDef, WorkloadDef
 from ..names import GCU_PRESENT_LABEL
@@ -31,12 +31,8 @@ class NfdSpec(BaseFields):
     worker: Optional[BaseFields] = None
 
 
-class NfdSettings(BaseModel):
-    """NFD reads `gcu-stack:gcuNodes.driverLabel`: its rule sets that label where the driver is loaded."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    gcu_nodes: GcuNodesOptions = Field(default_factory=GcuNodesOptions, alias="gcuNodes")
+# NFD reads `gcu-stack:gcuNodes.driverLabel` too: its rule sets that label where the driver is loaded.
+NfdSettings = one_setting("NfdSettings", "gcu_nodes", "gcuNodes", GcuNodesOptions)
 
 
 def crd(object_labels: dict[str, str]) -> dict:

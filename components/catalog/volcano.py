@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from ..config import one_setting
 from ..model import BuildContext, ComponentDef, Extras
 from ..names import DEFAULT_PULL_POLICY, DEFAULT_REPOSITORY, DEFAULT_VERSION
 from ..resolve import ResolvedComponent, effective
@@ -44,10 +45,7 @@ class VolcanoChartOptions(BaseModel):
         return str(path if path.is_absolute() or project_dir is None else Path(project_dir) / path)
 
 
-class VolcanoSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    chart: VolcanoChartOptions = Field(default_factory=VolcanoChartOptions, alias="volcanoChart")
+VolcanoSettings = one_setting("VolcanoSettings", "chart", "volcanoChart", VolcanoChartOptions)
 
 
 def images(component: ResolvedComponent) -> dict[str, dict[str, str]]:

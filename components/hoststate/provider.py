@@ -146,15 +146,23 @@ class GcuNodesProvider(ResourceProvider):
         _labeler(props).remove_all()
 
 
-class GcuNodes(pulumi.dynamic.Resource, module="gcu", name="GcuNodes"):
-    nodes: pulumi.Output[list]
-    drivers: pulumi.Output[dict]
-    optedOut: pulumi.Output[list]
-    managedLabels: pulumi.Output[dict]
-    drift: pulumi.Output[list]
+class _Bundled(pulumi.dynamic.Resource):
+    """A bundled dynamic resource: its inputs dataclass as properties, its outputs unknown until the provider reports.
 
-    def __init__(self, name: str, inputs: GcuNodesInputs, opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__(GcuNodesProvider(), name, {**as_props(inputs), **{k: None for k in NODE_OUTPUTS}}, opts)
+    Every property is an Output attribute of the resource (e.g. `GcuNodes(...).nodes`).
+    """
+
+    PROVIDER: type[ResourceProvider]
+    OUTPUTS: tuple[str, ...]
+
+    def __init__(self, name: str, inputs: Any, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(self.PROVIDER(), name, {**as_props(inputs), **dict.fromkeys(self.OUTPUTS)}, opts)
+
+
+class GcuNodes(_Bundled, module="gcu", name="GcuNodes"):
+    """Outputs (attributes): nodes, drivers, optedOut, managedLabels, drift."""
+
+    PROVIDER, OUTPUTS = GcuNodesProvider, NODE_OUTPUTS
 
 
 # ---------------------------------------------------------------------------- docker runtime
@@ -257,11 +265,7 @@ class DockerRuntimeProvider(ResourceProvider):
             raise RuntimeError("could not restore docker's runtime config on: " + "; ".join(failures))
 
 
-class DockerRuntime(pulumi.dynamic.Resource, module="gcu", name="DockerRuntime"):
-    hosts: pulumi.Output[dict]
-    active: pulumi.Output[bool]
-    message: pulumi.Output[str]
-    drift: pulumi.Output[list]
+class DockerRuntime(_Bundled, module="gcu", name="DockerRuntime"):
+    """Outputs (attributes): hosts, active, message, drift."""
 
-    def __init__(self, name: str, inputs: DockerRuntimeInputs, opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__(DockerRuntimeProvider(), name, {**as_props(inputs), **{k: None for k in RUNTIME_OUTPUTS}}, opts)
+    PROVIDER, OUTPUTS = DockerRuntimeProvider, RUNTIME_OUTPUTS

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pulumi
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..config import one_setting
 from ..hoststate.node_labels import DEFAULT_DRIVER_LABEL
 from ..hoststate.provider import GcuNodes, GcuNodesInputs
 from ..model import StepContext, StepDef, StepResult
@@ -36,10 +37,7 @@ class GcuNodesOptions(BaseModel):
         return value
 
 
-class GcuNodesSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    gcu_nodes: GcuNodesOptions = Field(default_factory=GcuNodesOptions, alias="gcuNodes")
+GcuNodesSettings = one_setting("GcuNodesSettings", "gcu_nodes", "gcuNodes", GcuNodesOptions)
 
 
 def declare(context: StepContext) -> StepResult:

@@ -11,6 +11,7 @@ from typing import Literal
 import pulumi
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..config import one_setting
 from ..hoststate import runtime_host
 from ..hoststate.provider import DockerRuntime, DockerRuntimeInputs
 from ..model import StepContext, StepDef, StepResult
@@ -53,10 +54,7 @@ class DockerRuntimeOptions(BaseModel):
         return value
 
 
-class RuntimeSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    docker_runtime: DockerRuntimeOptions = Field(default_factory=DockerRuntimeOptions, alias="dockerRuntime")
+RuntimeSettings = one_setting("RuntimeSettings", "docker_runtime", "dockerRuntime", DockerRuntimeOptions)
 
 
 def declare(context: StepContext) -> StepResult:
