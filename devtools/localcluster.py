@@ -1,13 +1,14 @@
 """A real local Kubernetes control plane with kwok-simulated nodes.
 
-etcd 3.4 (Debian ``etcd-server``) + kube-apiserver / kube-controller-manager /
-kube-scheduler 1.20.2 (built from Debian's source package) + kwok (simulates the
-kubelet of every node that carries the annotation ``kwok.x-k8s.io/node=fake``:
-marks nodes Ready, heartbeats their leases, turns bound pods Running/Ready with
-a pod IP and finalises deletions). Everything binds to 127.0.0.1 on free ports,
-so several clusters can run side by side.
+etcd 3.5 + kube-apiserver / kube-controller-manager / kube-scheduler 1.33 (all
+built from Go modules) + kwok (simulates the kubelet of every node that carries
+the annotation ``kwok.x-k8s.io/node=fake``: marks nodes Ready, heartbeats their
+leases, turns bound pods Running/Ready with a pod IP and finalises deletions).
+Everything binds to 127.0.0.1 on free ports, so several clusters can run side by
+side.
 
-Binaries come from ``scripts/toolchain/kube.sh``. Python stdlib only.
+Binaries come from ``scripts/toolchain/kube.sh``. Python stdlib only (the
+``probe`` command uses the ``kubernetes`` client when it is installed).
 
 In-process use (pytest fixture)::
 
@@ -20,6 +21,7 @@ CLI (detached, survives the CLI)::
     python -m devtools.localcluster up --state-dir DIR --nodes 3 --gcu-nodes 2
     python -m devtools.localcluster status --state-dir DIR
     python -m devtools.localcluster down --state-dir DIR
+    python -m devtools.localcluster probe    # does the current kube context answer? (exit 0/1)
 """
 
 from __future__ import annotations
@@ -48,8 +50,11 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 from devtools import (CACHE_DIR, TOOLCHAIN_HINT, ComponentFailed, ToolchainMissing, free_port,
                       kill_pid, log_tail, pid_matches, spawn)
 
-K8S_VERSION = os.environ.get("GCU_K8S_VERSION", "1.20.2")
+K8S_VERSION = os.environ.get("GCU_K8S_VERSION", "1.33.4")      # devtools/go/go.mod
+ETCD_VERSION = os.environ.get("GCU_ETCD_VERSION", "3.5.21")     # devtools/etcd/go.mod
 KWOK_VERSION = os.environ.get("GCU_KWOK_VERSION", "v0.8.0")
+DEBIAN_ETCD = "/usr/bin/etcd"   # etcd-server 3.4: kube.sh's fallback when etcd 3.5 does not build
+DEFAULT_RUNTIME = "docker://20.10.24"   # a simulated node's status.nodeInfo.containerRuntimeVersion
 
 CONTEXT_NAME = "gcu-local"
 ADMIN_USER = "admin"                       # user of the admin kubeconfig (group system:masters)
@@ -114,14 +119,19 @@ class Toolchain:
         """Locate every binary; raise ToolchainMissing naming all that are missing.
 
         Overrides: GCU_KUBE_BIN_DIR (dir with kube-* and kubectl), GCU_KWOK_BIN,
-        GCU_KWOK_CONFIG, GCU_ETCD_BIN.
+        GCU_KWOK_CONFIG, GCU_ETCD_BIN. etcd is the 3.5 build kube.sh makes; Debian's
+        etcd 3.4 is used (with a warning) only when that build is absent.
         """
         missing: list[str] = []
         kube_dir = Path(os.environ.get("GCU_KUBE_BIN_DIR") or CACHE_DIR / f"kubernetes-{K8S_VERSION}" / "bin")
         kwok_dir = CACHE_DIR / f"kwok-{KWOK_VERSION}"
         kwok = Path(os.environ.get("GCU_KWOK_BIN") or kwok_dir / "bin" / "kwok")
         kwok_cfg = Path(os.environ.get("GCU_KWOK_CONFIG") or kwok_dir / "kwok.yaml")
-        etcd = os.environ.get("GCU_ETCD_BIN") or shutil.which("etcd") or "/usr/bin/etcd"
+        etcd = os.environ.get("GCU_ETCD_BIN") or str(CACHE_DIR / f"etcd-{ETCD_VERSION}" / "bin" / "etcd")
+        if not os.environ.get("GCU_ETCD_BIN") and not os.access(etcd, os.X_OK) and os.access(DEBIAN_ETCD, os.X_OK):
+            print(f"WARNING: etcd {ETCD_VERSION} is not built ({etcd}); using Debian's etcd 3.4 at {DEBIAN_ETCD}, "
+                  f"which Kubernetes {K8S_VERSION} does not support. Fix: {TOOLCHAIN_HINT}.", file=sys.stderr)
+            etcd = DEBIAN_ETCD
 
         def need(p: Union[str, Path], what: str, executable: bool = True) -> str:
             p = Path(p)
@@ -131,7 +141,7 @@ class Toolchain:
             return str(p)
 
         tc = cls(
-            etcd=need(etcd, "etcd (apt: etcd-server)"),
+            etcd=need(etcd, f"etcd {ETCD_VERSION}"),
             kube_apiserver=need(kube_dir / "kube-apiserver", "kube-apiserver"),
             kube_controller_manager=need(kube_dir / "kube-controller-manager", "kube-controller-manager"),
             kube_scheduler=need(kube_dir / "kube-scheduler", "kube-scheduler"),
@@ -289,7 +299,9 @@ class LocalCluster:
       nodes: simulated nodes created at start; each item is "name",
         (name, labels) or (name, labels, extra) with extra keys ``capacity``
         (merged over DEFAULT_CAPACITY, e.g. {"enflame.com/gcu": "8"}),
-        ``taints`` (list of taint dicts), ``annotations``.
+        ``taints`` (list of taint dicts), ``annotations``, ``runtime`` (the node's
+        ``status.nodeInfo.containerRuntimeVersion``, default ``docker://20.10.24``;
+        e.g. ``containerd://1.6.20``).
       audit: write the audit log (write verbs at Metadata level) to ``audit_log``.
       detach: processes outlive this Python process (CLI mode); otherwise they get
         SIGKILL if the thread that called start() dies.
@@ -463,7 +475,7 @@ class LocalCluster:
         # --- kube-apiserver
         args = [
             "--etcd-servers", f"http://127.0.0.1:{ec}",
-            "--bind-address", "127.0.0.1", "--secure-port", self.ports["apiserver"], "--insecure-port", "0",
+            "--bind-address", "127.0.0.1", "--secure-port", self.ports["apiserver"],
             "--advertise-address", ADVERTISE_ADDRESS,
             "--tls-cert-file", pki / "apiserver.crt", "--tls-private-key-file", pki / "apiserver.key",
             "--client-ca-file", pki / "ca.crt",
@@ -497,7 +509,9 @@ class LocalCluster:
             "--use-service-account-credentials=true",
             "--cluster-signing-cert-file", pki / "ca.crt", "--cluster-signing-key-file", pki / "ca.key",
             "--leader-elect=false",
-            "--secure-port", "0", "--port", self.ports["controller_manager"], "--address", "127.0.0.1",
+            # /healthz over HTTPS with a self-signed certificate (always allowed without authentication)
+            "--secure-port", self.ports["controller_manager"], "--bind-address", "127.0.0.1",
+            "--cert-dir", pki / "kube-controller-manager",
             "--service-cluster-ip-range", SERVICE_CIDR,
             "--kube-api-qps", "200", "--kube-api-burst", "400",
             "--concurrent-gc-syncs", "40",
@@ -506,7 +520,8 @@ class LocalCluster:
         self._launch("kube-scheduler", tc.kube_scheduler, [
             "--kubeconfig", self.workdir / "scheduler.kubeconfig",
             "--leader-elect=false",
-            "--secure-port", "0", "--port", self.ports["scheduler"], "--address", "127.0.0.1",
+            "--secure-port", self.ports["scheduler"], "--bind-address", "127.0.0.1",
+            "--cert-dir", pki / "kube-scheduler",
             "--kube-api-qps", "200", "--kube-api-burst", "400",
             "--profiling=false",
         ])
@@ -559,8 +574,13 @@ class LocalCluster:
 
     @staticmethod
     def _http_ok(url: str, needle: bytes = b"ok") -> bool:
+        """GET url == 200 with needle in the body; https is not verified (self-signed /healthz certs)."""
         u = urllib.parse.urlparse(url)
-        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=2)
+        if u.scheme == "https":
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                u.hostname, u.port, timeout=2, context=ssl._create_unverified_context())
+        else:
+            conn = http.client.HTTPConnection(u.hostname, u.port, timeout=2)
         try:
             conn.request("GET", u.path)
             r = conn.getresponse()
@@ -573,8 +593,9 @@ class LocalCluster:
 
     # ---- readiness
     def wait_ready(self, timeout: float = 60.0) -> None:
-        """Every component healthy, the tokens controller working (default SA has a
-        token secret), and every kwok node Ready without not-ready taints."""
+        """Every component healthy, the service-account controller working (the default
+        ServiceAccount exists; 1.24+ no longer creates token Secrets for it), and every
+        kwok node Ready without not-ready taints."""
         deadline = time.monotonic() + timeout
         for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
             c = self.components.get(name)
@@ -582,15 +603,15 @@ class LocalCluster:
                 raise self._fail(name, "is not running")
         self._wait("kube-apiserver", self._apiserver_ready, deadline)
         self._wait("kube-controller-manager",
-                   lambda: self._http_ok(f"http://127.0.0.1:{self.ports['controller_manager']}/healthz"), deadline)
+                   lambda: self._http_ok(f"https://127.0.0.1:{self.ports['controller_manager']}/healthz"), deadline)
         self._wait("kube-scheduler",
-                   lambda: self._http_ok(f"http://127.0.0.1:{self.ports['scheduler']}/healthz"), deadline)
-        self._wait("kube-controller-manager", self._default_sa_has_token, deadline)
+                   lambda: self._http_ok(f"https://127.0.0.1:{self.ports['scheduler']}/healthz"), deadline)
+        self._wait("kube-controller-manager", self._default_sa_exists, deadline)
         self._wait("kwok", self._nodes_ready, deadline, interval=0.1)
 
-    def _default_sa_has_token(self) -> bool:
+    def _default_sa_exists(self) -> bool:
         sa = self.api.get("/api/v1/namespaces/default/serviceaccounts/default")
-        return bool(sa.get("secrets"))
+        return sa.get("metadata", {}).get("name") == "default"
 
     def _nodes_ready(self) -> bool:
         want = {n[0] for n in self.nodes}
@@ -622,7 +643,8 @@ class LocalCluster:
                 "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
                 "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux",
                              "kubeletVersion": f"v{K8S_VERSION}", "kubeProxyVersion": f"v{K8S_VERSION}",
-                             "containerRuntimeVersion": "docker://20.10.24", "osImage": "kwok simulated node",
+                             "containerRuntimeVersion": str(extra.get("runtime") or DEFAULT_RUNTIME),
+                             "osImage": "kwok simulated node",
                              "kernelVersion": "kwok", "machineID": "", "systemUUID": "", "bootID": ""},
             },
         }
@@ -663,6 +685,26 @@ class LocalCluster:
                 return names <= {n["metadata"]["name"] for n in items if _node_ready(n)}
             self._wait("kwok", ready, deadline, interval=0.1)
         return [s[0] for s in specs]
+
+    def set_node_status(self, name: str, *, allocatable: Optional[Mapping[str, Any]] = None,
+                        capacity: Optional[Mapping[str, Any]] = None, runtime: Optional[str] = None) -> dict:
+        """Play the node's kubelet: merge-patch the node's status subresource.
+
+        ``allocatable`` / ``capacity`` keys are merged into what the node reports (a value
+        of None removes that key), e.g. ``allocatable={"enflame.com/gcu": "8"}`` as a GCU
+        device plugin would advertise it; ``runtime`` sets
+        ``status.nodeInfo.containerRuntimeVersion``. kwok's heartbeat only rewrites
+        conditions, addresses and daemon endpoints, so these stay. Returns the node."""
+        def quantities(m: Mapping[str, Any]) -> dict:
+            return {k: (None if v is None else str(v)) for k, v in m.items()}
+        status: dict = {}
+        if capacity is not None:
+            status["capacity"] = quantities(capacity)
+        if allocatable is not None:
+            status["allocatable"] = quantities(allocatable)
+        if runtime is not None:
+            status["nodeInfo"] = {"containerRuntimeVersion": runtime}
+        return self.api.patch(f"/api/v1/nodes/{urllib.parse.quote(name)}/status", {"status": status})
 
     # ---- conveniences for tests
     def kubectl(self, *args: str, input: Optional[str] = None, check: bool = True,
@@ -773,6 +815,45 @@ class LocalCluster:
                 "server": self.server if self.ports else None}
 
 
+# --------------------------------------------------------------------------- probe
+
+def probe_current_context(timeout: float = 5.0) -> tuple[bool, str]:
+    """Does the current kube context (KUBECONFIG or ~/.kube/config; in a pod, its service
+    account) answer ``GET /version``? Returns (answers, what was asked and what happened).
+    Uses the ``kubernetes`` client (requirements.txt), else ``kubectl`` on PATH."""
+    try:
+        from kubernetes import client, config  # type: ignore[import-not-found]
+    except ImportError:
+        kubectl = shutil.which("kubectl")
+        if not kubectl:
+            return False, "cannot probe: neither the kubernetes Python client nor kubectl is installed"
+        r = subprocess.run([kubectl, "version", f"--request-timeout={int(timeout)}s"], capture_output=True,
+                           text=True, timeout=timeout + 10)
+        return r.returncode == 0, ("kubectl version: " + (r.stdout if r.returncode == 0 else r.stderr).strip()[-300:])
+    cfg = client.Configuration()
+    where = ""
+    try:
+        config.load_kube_config(client_configuration=cfg)
+        _, active = config.list_kube_config_contexts()
+        where = f"context {active.get('name')!r} ({cfg.host})"
+    except Exception as e:   # no kubeconfig, no current context, unreadable file ...
+        if not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            return False, f"no usable kube context: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+            where = f"in-cluster service account ({cfg.host})"
+        except Exception as e2:
+            return False, f"no usable kube context: {e2}"
+    cfg.retries = False
+    try:
+        with client.ApiClient(cfg) as api:
+            v = client.VersionApi(api).get_code(_request_timeout=timeout)
+        return True, f"{where} answers: Kubernetes {v.git_version}"
+    except Exception as e:
+        reason = str(getattr(e, "reason", None) or e).strip()
+        return False, f"{where} does not answer: {(reason.splitlines() or [type(e).__name__])[0][:300]}"
+
+
 # --------------------------------------------------------------------------- CLI
 
 def _cli_nodes(n: int, k: int, gcu_labels: Sequence[str]) -> list:
@@ -788,7 +869,7 @@ def _cli_nodes(n: int, k: int, gcu_labels: Sequence[str]) -> list:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m devtools.localcluster",
-                                 description="Local Kubernetes 1.20 control plane with kwok-simulated nodes.")
+                                 description=f"Local Kubernetes {K8S_VERSION} control plane with kwok-simulated nodes.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="start detached; prints the kubeconfig path on stdout")
     up.add_argument("--state-dir", required=True)
@@ -802,7 +883,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for name in ("down", "status"):
         p = sub.add_parser(name)
         p.add_argument("--state-dir", required=True)
+    pr = sub.add_parser("probe", help="exit 0 if the current kube context answers, 1 if not (reason on stderr)")
+    pr.add_argument("--timeout", type=float, default=5.0)
     a = ap.parse_args(argv)
+    if a.cmd == "probe":
+        ok, what = probe_current_context(a.timeout)
+        print(what, file=sys.stderr)
+        return 0 if ok else 1
     state_dir = Path(a.state_dir).resolve()
 
     if a.cmd == "up":

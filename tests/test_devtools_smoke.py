@@ -21,7 +21,8 @@ if str(ROOT) not in sys.path:
 
 from devtools import ToolchainMissing  # noqa: E402
 from devtools.dockerd import Dockerd, find_binaries  # noqa: E402
-from devtools.localcluster import GCU_LABEL, LocalCluster, Toolchain  # noqa: E402
+from devtools.localcluster import (DEFAULT_RUNTIME, ETCD_VERSION, GCU_LABEL, K8S_VERSION,  # noqa: E402
+                                   LocalCluster, Toolchain)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -52,7 +53,7 @@ def wait_for(cond, timeout=60.0, interval=0.2, what="condition"):
 def cluster(tmp_path_factory):
     _require(Toolchain.find)
     nodes = [
-        ("gcu-node-1", {GCU_LABEL: "true"}, {"capacity": {"enflame.com/gcu": "8"}}),
+        ("gcu-node-1", {GCU_LABEL: "true"}, {"capacity": {"enflame.com/gcu": "8"}, "runtime": "containerd://1.6.20"}),
         # tainted: only pods tolerating enflame.com/gcu may land here
         ("gcu-node-2", {GCU_LABEL: "true"},
          {"taints": [{"key": "enflame.com/gcu", "value": "true", "effect": "NoSchedule"}]}),
@@ -148,7 +149,20 @@ def test_cluster_basics(cluster):
         assert n["status"]["allocatable"]["cpu"] == "32"
     g1 = next(n for n in nodes if n["metadata"]["name"] == "gcu-node-1")
     assert g1["status"]["allocatable"]["enflame.com/gcu"] == "8"
-    assert c.kubectl("version", "--short").stdout.count("v1.20.2") == 2
+    versions = json.loads(c.kubectl("version", "-o", "json").stdout)
+    assert versions["clientVersion"]["gitVersion"] == versions["serverVersion"]["gitVersion"] == "v1.33.4"
+    assert K8S_VERSION == "1.33.4"
+    # every simulated node reports the server's kubelet version and its own container runtime
+    info = {n["metadata"]["name"]: n["status"]["nodeInfo"] for n in nodes}
+    assert {i["kubeletVersion"] for i in info.values()} == {"v1.33.4"}
+    assert info["gcu-node-1"]["containerRuntimeVersion"] == "containerd://1.6.20"
+    assert info["gcu-node-2"]["containerRuntimeVersion"] == info["cpu-node-1"]["containerRuntimeVersion"] \
+        == DEFAULT_RUNTIME == "docker://20.10.24"
+    # etcd is the 3.5 build from Go modules, not Debian's 3.4
+    tc = Toolchain.find()
+    assert f"etcd-{ETCD_VERSION}" in tc.etcd and ETCD_VERSION.startswith("3.5.")
+    out = subprocess.run([tc.etcd, "--version"], capture_output=True, text=True).stdout
+    assert f"etcd Version: {ETCD_VERSION}" in out
 
 
 def test_daemonset_deployment_gc_namespace(cluster):
@@ -169,9 +183,9 @@ def test_daemonset_deployment_gc_namespace(cluster):
         assert p["status"]["phase"] == "Running" and p["status"].get("podIP")
         assert p["spec"]["priority"] == 2000001000      # system-node-critical
         assert p["spec"]["serviceAccountName"] == "gcu-agent"
-        # ServiceAccount admission mounted the SA token secret (tokens controller works)
-        assert any(v.get("secret", {}).get("secretName", "").startswith("gcu-agent-token-")
-                   for v in p["spec"]["volumes"])
+        # ServiceAccount admission mounted a bound service-account token (projected, 1.22+)
+        assert any(src.get("serviceAccountToken") for v in p["spec"]["volumes"]
+                   for src in (v.get("projected") or {}).get("sources") or [])
 
     # write requests by the admin user, counted from the audit log
     counts = c.write_counts(since=mark)
@@ -213,6 +227,47 @@ def test_add_nodes_later(cluster):
     n = kjson(c, "get", "node", "gcu-node-3")
     assert n["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
     assert {x["type"]: x["status"] for x in n["status"]["conditions"]}["Ready"] == "True"
+
+
+def test_playing_the_kubelet_advertises_gcus_and_kwok_heartbeats_keep_them(tmp_path):
+    """set_node_status patches the node's status as a device plugin's kubelet would; kwok's node heartbeat
+    (here every ~1 s instead of ~10 min) rewrites conditions only, so the advertised resource stays."""
+    tc = _require(Toolchain.find)
+    stages = Path(tc.kwok_config).read_text()
+    assert "durationMilliseconds: 600000" in stages and "jitterDurationMilliseconds: 610000" in stages
+    fast = tmp_path / "kwok-fast-heartbeat.yaml"
+    fast.write_text(stages.replace("durationMilliseconds: 600000", "durationMilliseconds: 500")
+                    .replace("jitterDurationMilliseconds: 610000", "jitterDurationMilliseconds: 1000"))
+    tc.kwok_config = str(fast)
+    with LocalCluster(tmp_path / "c", nodes=[("gcu-node-1", {GCU_LABEL: "true"})], audit=False, toolchain=tc) as c:
+        node = c.set_node_status("gcu-node-1", capacity={"enflame.com/gcu": 8}, allocatable={"enflame.com/gcu": "8"},
+                                 runtime="containerd://1.6.20")
+        assert node["status"]["allocatable"]["enflame.com/gcu"] == "8"
+        assert node["status"]["allocatable"]["cpu"] == "32", "merge patch dropped the other resources"
+
+        def heartbeat():
+            n = kjson(c, "get", "node", "gcu-node-1")
+            ready = next(x for x in n["status"]["conditions"] if x["type"] == "Ready")
+            return n, ready["lastHeartbeatTime"]
+        _, first = heartbeat()
+        # two heartbeats later (timestamps have 1 s resolution)
+        beats = {first}
+        n = wait_for(lambda: (lambda r: beats.add(r[1]) or (r[0] if len(beats) >= 3 else None))(heartbeat()),
+                     30, 0.3, what="two kwok node heartbeats")
+        assert n["status"]["allocatable"]["enflame.com/gcu"] == "8"
+        assert n["status"]["capacity"]["enflame.com/gcu"] == "8"
+        assert n["status"]["nodeInfo"]["containerRuntimeVersion"] == "containerd://1.6.20"
+        # the scheduler sees the resource: a pod asking for 2 GCUs binds to the node and kwok runs it
+        c.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gcu-user", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "x/gcu-user:1",
+                                     "resources": {"limits": {"enflame.com/gcu": "2"}}}]}}))
+        pod = wait_for(lambda: (lambda p: p if p.get("status", {}).get("phase") == "Running" else None)(
+            kjson(c, "get", "pod", "gcu-user")), 60, what="pod with an enflame.com/gcu limit Running")
+        assert pod["spec"]["nodeName"] == "gcu-node-1"
+        # taking the resource away again (None removes the key)
+        n = c.set_node_status("gcu-node-1", capacity={"enflame.com/gcu": None}, allocatable={"enflame.com/gcu": None})
+        assert "enflame.com/gcu" not in n["status"]["allocatable"]
 
 
 def test_hundred_nodes(tmp_path):

@@ -1,193 +1,220 @@
 #!/usr/bin/env bash
-# Build / install the local Kubernetes + docker toolchain used by devtools/:
-#   * apt packages: etcd-server (etcd 3.4), docker.io (dockerd + runc + containerd),
-#     busybox-static (base image rootfs), openssl, golang-go (Go 1.19, needed for
-#     the old vendored Kubernetes tree), rsync, jq, dpkg-dev
-#   * kube-apiserver, kube-controller-manager, kube-scheduler, kubectl built from
-#     Debian's `kubernetes` source package (1.20.2) into
-#     ~/.cache/gcu-stack/kubernetes-<version>/bin/
-#   * kwok (sigs.k8s.io/kwok) built with the modern Go toolchain from the Go module
-#     proxy into ~/.cache/gcu-stack/kwok-<version>/bin/kwok
+# The local Kubernetes toolchain behind devtools/ (the embedded cluster of `scripts/gcu-stack` and the tests):
 #
-# Idempotent: every step is skipped when its result is already present.
-# Environment overrides:
-#   GCU_CACHE_DIR   (default ~/.cache/gcu-stack)
-#   KWOK_VERSION    (default v0.8.0)
-#   MODERN_GO       (default /usr/local/go/bin/go; the Go used to build kwok)
-#   OLD_GO_BIN      (default /usr/lib/go-1.19/bin; the Go used for Kubernetes 1.20)
-#   SKIP_APT=1      skip the apt step (packages must already be installed)
+#   apt         Debian packages: docker.io, runc, containerd (private dockerd/containerd instances), busybox-static
+#               (a base image without a registry), containernetworking-plugins + iproute2 (real test nodes),
+#               openssl (the local cluster's certificates), jq, procps
+#   go          a Go toolchain >= every build module's `go` line (the one on the machine, else fetched: go.sh)
+#   kubernetes  kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl <version> built from Go
+#               modules with devtools/go (k8s.io/kubernetes + one replace per staging module; go.sum committed)
+#               into $CACHE/kubernetes-<version>/bin/
+#   etcd        etcd server <version> built from Go modules with devtools/etcd into $CACHE/etcd-<version>/bin/etcd
+#               (if that fails: Debian's etcd-server 3.4, with a loud warning)
+#   kwok        sigs.k8s.io/kwok (simulated nodes) into $CACHE/kwok-<version>/bin/kwok, plus its default stages
+#
+# Usage:
+#   scripts/toolchain/kube.sh [build]      build what is missing (each part timed; cached parts take well under 1 s)
+#   scripts/toolchain/kube.sh status       what is built, with versions
+#   scripts/toolchain/kube.sh regen-go-mod [K8S_VERSION [ETCD_VERSION]]
+#                                          regenerate devtools/go/go.mod (+ go.sum) from kubernetes' own go.mod: one
+#                                          `replace k8s.io/X => k8s.io/X v0.<minor>.<patch>` per ./staging/src/k8s.io/X,
+#                                          and devtools/etcd/go.mod (+ go.sum); commit both go.sum files.
+#
+# Versions come from the build modules: `require k8s.io/kubernetes vX` in devtools/go/go.mod and
+# `require go.etcd.io/etcd/server/v3 vY` in devtools/etcd/go.mod. Kubernetes binaries are rebuilt only when the build
+# id (a hash of devtools/go/go.mod, go.sum and the build flags) changes; each binary already built under the same id is
+# kept. Caches: $GCU_CACHE_DIR (default ~/.cache/gcu-stack), GOMODCACHE/GOCACHE in $GCU_CACHE_DIR/go/{mod,build}
+# (shared with pulumi.sh).
+#
+# Environment: GCU_CACHE_DIR, KWOK_VERSION (default v0.8.0), GO (a go binary to use), SKIP_APT=1 (packages are
+# installed already), GCU_TIMINGS_FILE (append "part seconds what" lines, read by .ci/run).
+#
+# Gotchas:
+#  * The checksum database mirror here answers 404 for some k8s.io/sigs.k8s.io module versions, hence
+#    GONOSUMDB=k8s.io,sigs.k8s.io; the committed go.sum files pin their hashes, and the builds run with -mod=readonly.
+#  * Kubernetes patch versions are served unevenly (k8s.io/externaljwt v0.33.2 and v0.33.5 are refused); 1.33.4 is
+#    served whole.
+#  * etcd's server module root is package main; its go.mod replaces its sibling modules with ../ paths, so it is built
+#    from devtools/etcd, which requires it. reflect2 is lifted to v1.0.2 there: v1.0.1 (what etcd 3.5 lists) crashes
+#    when built with Go >= 1.18.
+#  * kwok v0.8.0 needs Go >= 1.26 and k8s.io libraries 0.36, so it is built in a throwaway module of its own.
 set -euo pipefail
 
+SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
+REPO_DIR="$(cd "$(dirname "$SELF")/../.." && pwd)"
+# shellcheck source=go.sh
+. "$(dirname "$SELF")/go.sh"
+
 CACHE_DIR="${GCU_CACHE_DIR:-$HOME/.cache/gcu-stack}"
-K8S_VERSION="${K8S_VERSION:-1.20.2}"
+KUBE_MOD_DIR="$REPO_DIR/devtools/go"
+ETCD_MOD_DIR="$REPO_DIR/devtools/etcd"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
-MODERN_GO="${MODERN_GO:-/usr/local/go/bin/go}"
-OLD_GO_BIN="${OLD_GO_BIN:-/usr/lib/go-1.19/bin}"
+KWOK_GO_MIN=1.26.0          # sigs.k8s.io/kwok v0.8.0's go line
+KUBE_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+APT_PACKAGES=(docker.io runc containerd containernetworking-plugins busybox-static openssl jq iproute2 procps)
 
-K8S_DIR="$CACHE_DIR/kubernetes-$K8S_VERSION"
-K8S_BIN="$K8S_DIR/bin"
-K8S_SRC_PARENT="$K8S_DIR/src"
+log() { echo "[kube.sh] $*" >&2; }
+warn() { echo "[kube.sh] WARNING: $*" >&2; }
+die() { echo "[kube.sh] ERROR: $*" >&2; exit 1; }
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+TIMINGS=()
+timing() {
+  TIMINGS+=("$(printf '%-12s %8ss  %s' "$1" "$2" "$3")")
+  log "$1: $3 in $2s"
+  if [ -n "${GCU_TIMINGS_FILE:-}" ]; then printf 'kube.sh/%s\t%s\t%s\n' "$1" "$2" "$3" >> "$GCU_TIMINGS_FILE"; fi
+}
+
+required_version() {   # required_version GO.MOD MODULE -> the version in `require MODULE vX`
+  sed -n "s#^[[:space:]]*\(require[[:space:]]\{1,\}\)\{0,1\}$2[[:space:]]\{1,\}v\([^[:space:]]*\).*#\2#p" "$1" | head -n1
+}
+K8S_VERSION="$(required_version "$KUBE_MOD_DIR/go.mod" k8s.io/kubernetes)"
+ETCD_VERSION="$(required_version "$ETCD_MOD_DIR/go.mod" go.etcd.io/etcd/server/v3)"
+[ -n "$K8S_VERSION" ] || die "no 'require k8s.io/kubernetes vX' in $KUBE_MOD_DIR/go.mod"
+[ -n "$ETCD_VERSION" ] || die "no 'require go.etcd.io/etcd/server/v3 vX' in $ETCD_MOD_DIR/go.mod"
+K8S_BIN="$CACHE_DIR/kubernetes-$K8S_VERSION/bin"
+ETCD_DIR="$CACHE_DIR/etcd-$ETCD_VERSION"
 KWOK_DIR="$CACHE_DIR/kwok-$KWOK_VERSION"
-KUBE_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-
-APT_PACKAGES=(etcd-server etcd-client docker.io runc containerd busybox-static openssl
-              golang-go rsync jq dpkg-dev iproute2 procps)
-
-SCRIPT_START=$(date +%s)
-step_start=0
-step() { step_start=$(date +%s); echo "==> [kube.sh] $*"; }
-step_done() { echo "    done in $(( $(date +%s) - step_start ))s"; }
-die() { echo "kube.sh: ERROR: $*" >&2; exit 1; }
+K8S_MINOR="$(echo "$K8S_VERSION" | cut -d. -f2)"
+# What `kube-apiserver --version` and the /version endpoint report (as in an upstream release build).
+K8S_LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION \
+-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$K8S_MINOR \
+-X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=2025-08-12T00:00:00Z \
+-X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION"
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
-mkdir -p "$CACHE_DIR"
+go_env() {
+  export GOMODCACHE="$CACHE_DIR/go/mod" GOCACHE="$CACHE_DIR/go/build"
+  export GOTOOLCHAIN=local CGO_ENABLED=0
+  export GOFLAGS="-mod=readonly -buildvcs=false"
+  export GONOSUMDB="k8s.io,sigs.k8s.io"
+  export GOPROXY="${GOPROXY:-https://proxy.golang.org,direct}"
+}
 
-# ---------------------------------------------------------------- apt packages
-ensure_deb_src() {
-  # apt-get source needs a deb-src entry for bookworm main.
-  if grep -rqsE '^\s*(Types:.*deb-src|deb-src\s)' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null; then
-    return 1   # already present, nothing changed
+# ------------------------------------------------------------------------------------------------ apt
+apt_install() {   # apt_install PKG... (never lets a package's postinst start a system service)
+  local policy_created=0 rc=0
+  $SUDO apt-get update -qq || warn "apt-get update failed; trying the install anyway"
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod +x /usr/sbin/policy-rc.d
+    policy_created=1
   fi
-  $SUDO tee /etc/apt/sources.list.d/gcu-stack-deb-src.sources >/dev/null <<'EOF'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: bookworm
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
-  return 0
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@" >&2 || rc=$?
+  if [ "$policy_created" = 1 ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
+  [ "$rc" = 0 ] || die "apt-get install $* failed"
 }
 
 apt_step() {
-  step "apt packages + deb-src entry"
-  local changed=0 missing=()
-  if ensure_deb_src; then changed=1; fi
+  local t0 missing=() p
+  t0="$(now)"
+  if [ "${SKIP_APT:-0}" = 1 ]; then timing apt "$(elapsed "$t0")" "skipped (SKIP_APT=1)"; return; fi
   for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
-  if [ "$changed" = 1 ] || [ "${#missing[@]}" -gt 0 ] || ! apt-cache showsrc kubernetes >/dev/null 2>&1; then
-    $SUDO apt-get update -qq
-  fi
-  if [ "${#missing[@]}" -gt 0 ]; then
-    echo "    installing: ${missing[*]}"
-    # Never let package postinst scripts start system services (etcd, docker):
-    # devtools starts its own private instances.
-    local policy_created=0
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-      printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
-      $SUDO chmod +x /usr/sbin/policy-rc.d
-      policy_created=1
-    fi
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" \
-      || { [ "$policy_created" = 1 ] && $SUDO rm -f /usr/sbin/policy-rc.d; die "apt-get install failed"; }
-    if [ "$policy_created" = 1 ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
+  if [ "${#missing[@]}" -eq 0 ]; then timing apt "$(elapsed "$t0")" "all installed"; return; fi
+  log "installing: ${missing[*]}"
+  apt_install "${missing[@]}"
+  timing apt "$(elapsed "$t0")" "installed ${missing[*]}"
+}
+
+# ------------------------------------------------------------------------------------------------ go
+GO_BIN=""
+go_step() {   # go_step MIN
+  local t0 min="$1"
+  t0="$(now)"
+  GO_BIN="$(go_pick "$min")"
+  if [ -n "$GO_BIN" ]; then
+    timing go "$(elapsed "$t0")" "$GO_BIN (go$(go_version_of "$GO_BIN"))"
   else
-    echo "    all packages already installed"
+    GO_BIN="$(go_fetch)" || die "no go >= $min on this machine and fetching go$GO_DOWNLOAD_VERSION failed"
+    timing go "$(elapsed "$t0")" "fetched go$GO_DOWNLOAD_VERSION"
   fi
-  [ -x "$OLD_GO_BIN/go" ] || die "$OLD_GO_BIN/go not found (Debian golang-go 1.19 expected)"
-  step_done
+  export PATH="$(dirname "$GO_BIN"):$PATH"
 }
 
-# ------------------------------------------------------------ kubernetes build
-# Binaries are rebuilt when this changes (patches applied to the Debian source tree).
-K8S_BUILD_ID="reflect2-v1.0.2"
-
-kube_have_all() {
-  local b
-  [ "$(cat "$K8S_BIN/.build-id" 2>/dev/null)" = "$K8S_BUILD_ID" ] || return 1
-  for b in "${KUBE_BINS[@]}"; do [ -x "$K8S_BIN/$b" ] || return 1; done
-  return 0
+go_min_for_builds() {
+  local m="$KWOK_GO_MIN" v
+  for v in "$(go_mod_go_line "$KUBE_MOD_DIR/go.mod")" "$(go_mod_go_line "$ETCD_MOD_DIR/go.mod")"; do
+    if [ -n "$v" ] && ! ver_ge "$m" "$v"; then m="$v"; fi
+  done
+  echo "$m"
 }
 
-patch_reflect2() {
-  # The 1.20 tree vendors modern-go/reflect2 v1.0.1, whose map iteration segfaults when built
-  # with Go >= 1.18 (seen: kube-apiserver dies with SIGSEGV in json-iterator's sorted map
-  # encoder on the first custom-resource PATCH). v1.0.2 is the upstream fix (Kubernetes 1.23
-  # took it); swap it into vendor/ from the Go module proxy.
-  local src="$1" vendor="$1/vendor/github.com/modern-go/reflect2" dir
-  grep -q "=> github.com/modern-go/reflect2 v1.0.2" "$src/vendor/modules.txt" && return 0
-  dir=$(cd /tmp && GOTOOLCHAIN=local GOFLAGS=-mod=mod "$MODERN_GO" mod download -json github.com/modern-go/reflect2@v1.0.2 | jq -r .Dir)
-  [ -d "$dir" ] || die "could not download github.com/modern-go/reflect2@v1.0.2"
-  rm -rf "$vendor" && mkdir -p "$vendor"
-  (cd "$dir" && find . -maxdepth 1 -type f \( -name '*.go' -o -name '*.s' -o -name LICENSE \) ! -name '*_test.go' -exec cp {} "$vendor/" \;)
-  chmod -R u+w "$vendor"
-  sed -i 's#github.com/modern-go/reflect2 v1.0.1#github.com/modern-go/reflect2 v1.0.2#g' "$src/go.mod" "$src/vendor/modules.txt"
-  echo "    patched vendor/github.com/modern-go/reflect2 to v1.0.2"
+# ------------------------------------------------------------------------------------------------ kubernetes
+# Comment lines of go.mod do not count: editing a comment must not cost a rebuild.
+kube_build_id() {
+  { grep -v '^[[:space:]]*//' "$KUBE_MOD_DIR/go.mod"; cat "$KUBE_MOD_DIR/go.sum"
+    echo "CGO_ENABLED=0 -trimpath $K8S_LDFLAGS"; } | sha256sum | cut -c1-16
 }
 
 kube_step() {
-  step "kubernetes $K8S_VERSION binaries (${KUBE_BINS[*]}) -> $K8S_BIN"
-  if kube_have_all; then
-    echo "    cached"; step_done; return
+  local t0 id b missing=() tmp
+  t0="$(now)"
+  id="$(kube_build_id)"
+  mkdir -p "$K8S_BIN"
+  if [ "$(cat "$K8S_BIN/.build-id" 2>/dev/null)" != "$id" ]; then
+    for b in "${KUBE_BINS[@]}"; do rm -f "$K8S_BIN/$b"; done
+    echo "$id" > "$K8S_BIN/.build-id"
   fi
-  mkdir -p "$K8S_SRC_PARENT" "$K8S_BIN"
-  local src
-  src=$(find "$K8S_SRC_PARENT" -maxdepth 1 -mindepth 1 -type d -name "kubernetes-*" | head -n1 || true)
-  if [ -z "$src" ] || [ ! -f "$src/Makefile" ]; then
-    echo "    apt-get source kubernetes (into $K8S_SRC_PARENT)"
-    (cd "$K8S_SRC_PARENT" && apt-get source -qq kubernetes) || die "apt-get source kubernetes failed"
-    src=$(find "$K8S_SRC_PARENT" -maxdepth 1 -mindepth 1 -type d -name "kubernetes-*" | head -n1)
-  fi
-  [ -n "$src" ] && [ -f "$src/Makefile" ] || die "kubernetes source tree not found under $K8S_SRC_PARENT"
-  case "$src" in
-    *"$K8S_VERSION"*) ;;
-    *) die "source tree $src does not look like version $K8S_VERSION (set K8S_VERSION)";;
-  esac
-  echo "    source tree: $src"
-  patch_reflect2 "$src"
-  if [ "$(cat "$K8S_BIN/.build-id" 2>/dev/null)" != "$K8S_BUILD_ID" ]; then
-    rm -f "${KUBE_BINS[@]/#/$K8S_BIN/}"
-  fi
-  # GOPATH layout expected by hack/lib/golang.sh for the 1.20 tree.
-  mkdir -p "$src/.go/src/k8s.io"
-  ln -sfn "$src" "$src/.go/src/k8s.io/kubernetes"
-  # One make call per binary (prints per-binary timing; later ones reuse the Go build
-  # cache of the earlier ones, so only the first pays for the shared packages).
-  local b t0 out cand
-  for b in "${KUBE_BINS[@]}"; do
-    [ -x "$K8S_BIN/$b" ] && { echo "    $b: cached"; continue; }
-    t0=$(date +%s)
-    echo "    make WHAT=cmd/$b  ($("$OLD_GO_BIN/go" version))"
-    (
-      cd "$src/.go/src/k8s.io/kubernetes"
-      export GOPATH="$src/.go"
-      export PATH="$OLD_GO_BIN:$PATH"
-      export GOTOOLCHAIN=local GOFLAGS= GO111MODULE=
-      # No .git in the Debian tree: give the version explicitly so /version reports it.
-      export KUBE_GIT_VERSION="v$K8S_VERSION" KUBE_GIT_TREE_STATE=clean \
-             KUBE_GIT_COMMIT="debian-$K8S_VERSION" KUBE_GIT_MAJOR=1 \
-             KUBE_GIT_MINOR="$(echo "$K8S_VERSION" | cut -d. -f2)"
-      make WHAT="cmd/$b"
-    ) || die "make WHAT=cmd/$b failed (Go: $OLD_GO_BIN/go; Go >= 1.23 cannot build this 1.20 tree)"
-    out=""
-    for cand in "$src/_output/bin/$b" "$src/_output/local/bin/linux/amd64/$b" "$src/_output/local/go/bin/$b"; do
-      if [ -x "$cand" ]; then out="$cand"; break; fi
-    done
-    [ -n "$out" ] || die "build did not produce $b (look in $src/_output)"
-    cp -f "$out" "$K8S_BIN/$b.tmp" && mv -f "$K8S_BIN/$b.tmp" "$K8S_BIN/$b"
-    echo "    $b built in $(( $(date +%s) - t0 ))s"
-  done
-  echo "$K8S_BUILD_ID" > "$K8S_BIN/.build-id"
-  "$K8S_BIN/kube-apiserver" --version
-  step_done
+  for b in "${KUBE_BINS[@]}"; do [ -x "$K8S_BIN/$b" ] || missing+=("$b"); done
+  if [ "${#missing[@]}" -eq 0 ]; then timing kubernetes "$(elapsed "$t0")" "v$K8S_VERSION cached (build id $id)"; return; fi
+  log "building ${missing[*]} v$K8S_VERSION from Go modules (devtools/go, build id $id); cold: about 20 min on 2 cores"
+  tmp="$K8S_BIN/.tmp-$$"
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  # One go build for all of them: the shared packages compile once and the links run side by side.
+  (cd "$KUBE_MOD_DIR" && go build -trimpath -ldflags "$K8S_LDFLAGS" -o "$tmp/" \
+     "${missing[@]/#/k8s.io/kubernetes/cmd/}") \
+    || { rm -rf "$tmp"; die "building ${missing[*]} from $KUBE_MOD_DIR failed (see above)"; }
+  for b in "${missing[@]}"; do mv -f "$tmp/$b" "$K8S_BIN/$b"; done
+  rm -rf "$tmp"
+  "$K8S_BIN/kube-apiserver" --version >&2
+  timing kubernetes "$(elapsed "$t0")" "built ${missing[*]} v$K8S_VERSION (build id $id)"
 }
 
-# ----------------------------------------------------------------- kwok build
+# ------------------------------------------------------------------------------------------------ etcd
+etcd_build_id() { { grep -v '^[[:space:]]*//' "$ETCD_MOD_DIR/go.mod"; cat "$ETCD_MOD_DIR/go.sum"; } | sha256sum | cut -c1-16; }
+
+etcd_step() {
+  local t0 id
+  t0="$(now)"
+  id="$(etcd_build_id)"
+  if [ -x "$ETCD_DIR/bin/etcd" ] && [ "$(cat "$ETCD_DIR/bin/.build-id" 2>/dev/null)" = "$id" ]; then
+    timing etcd "$(elapsed "$t0")" "v$ETCD_VERSION cached"; return
+  fi
+  mkdir -p "$ETCD_DIR/bin"
+  rm -f "$ETCD_DIR/bin/etcd"
+  log "building etcd v$ETCD_VERSION from Go modules (devtools/etcd)"
+  if (cd "$ETCD_MOD_DIR" && go build -trimpath -ldflags "-s -w" -o "$ETCD_DIR/bin/etcd.tmp" go.etcd.io/etcd/server/v3) \
+     && "$ETCD_DIR/bin/etcd.tmp" --version >&2; then
+    mv -f "$ETCD_DIR/bin/etcd.tmp" "$ETCD_DIR/bin/etcd"
+    echo "$id" > "$ETCD_DIR/bin/.build-id"
+    timing etcd "$(elapsed "$t0")" "built v$ETCD_VERSION"
+    return
+  fi
+  rm -f "$ETCD_DIR/bin/etcd.tmp"
+  warn "################################################################################################"
+  warn "etcd v$ETCD_VERSION could not be built from Go modules (see above). FALLING BACK to Debian's"
+  warn "etcd-server (3.4), which Kubernetes $K8S_VERSION does not support officially (it wants etcd >= 3.5)."
+  warn "The local cluster will use /usr/bin/etcd. Fix the build to get etcd $ETCD_VERSION back."
+  warn "################################################################################################"
+  dpkg-query -W -f='${Status}' etcd-server 2>/dev/null | grep -q "install ok installed" || apt_install etcd-server
+  timing etcd "$(elapsed "$t0")" "FALLBACK: Debian etcd-server $(/usr/bin/etcd --version 2>/dev/null | head -n1)"
+}
+
+# ------------------------------------------------------------------------------------------------ kwok
 kwok_stages() {
-  # kwok itself has no built-in stages (kwokctl normally writes them): assemble the
-  # same defaults kwokctl uses -- node-initialize, node-heartbeat-with-lease,
-  # pod-ready, pod-complete, pod-delete -- from the module source of this version.
-  local out="$KWOK_DIR/kwok.yaml"
+  # kwok has no built-in stages (kwokctl writes them): assemble the defaults kwokctl uses -- node-initialize,
+  # node-heartbeat-with-lease, pod-ready, pod-complete, pod-delete -- from this version's module source.
+  local out="$KWOK_DIR/kwok.yaml" dir f first=1
   [ -s "$out" ] && return 0
-  local dir
-  dir=$(cd /tmp && GOTOOLCHAIN=local GOFLAGS=-mod=mod "$MODERN_GO" mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | jq -r .Dir)
+  dir="$(cd /tmp && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | jq -r .Dir)"
   [ -d "$dir/kustomize/stage" ] || die "kwok module source not found ($dir)"
   {
     echo "# Default kwok stages for $KWOK_VERSION (copied from sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage,"
     echo "# Apache-2.0), the set kwokctl uses: node-fast + heartbeat-with-lease + pod-fast."
-    local f first=1
     for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
              pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
       [ -f "$dir/kustomize/stage/$f" ] || die "missing kwok stage $f in $dir"
@@ -197,72 +224,124 @@ kwok_stages() {
     done
   } > "$out.tmp"
   mv -f "$out.tmp" "$out"
-  echo "    wrote $out"
 }
 
 kwok_step() {
-  step "kwok $KWOK_VERSION -> $KWOK_DIR/bin/kwok (+ stages $KWOK_DIR/kwok.yaml)"
+  local t0 mod gomod
+  t0="$(now)"
   if [ -x "$KWOK_DIR/bin/kwok" ]; then
     kwok_stages
-    echo "    cached"; step_done; return
+    timing kwok "$(elapsed "$t0")" "$KWOK_VERSION cached"; return
   fi
-  [ -x "$MODERN_GO" ] || die "modern Go not found at $MODERN_GO (set MODERN_GO)"
   mkdir -p "$KWOK_DIR/bin"
-  # Throwaway module: works whether or not kwok's go.mod carries replace directives
-  # (v0.6.1..v0.8.0 carry none; if a future version does, copy them here).
-  local mod="$KWOK_DIR/build-mod"
+  # Throwaway module (kwok's go.mod carries no replace directives up to v0.8.0; if a later one does, copy them).
+  mod="$KWOK_DIR/build-mod"
   rm -rf "$mod"; mkdir -p "$mod"
   (
     cd "$mod"
-    export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
-    cat > go.mod <<EOF
-module gcu-stack.local/kwok-build
-
-go 1.26
-EOF
-    cat > tools.go <<'EOF'
-//go:build tools
-
-package tools
-
-import _ "sigs.k8s.io/kwok/cmd/kwok"
-EOF
-    "$MODERN_GO" get "sigs.k8s.io/kwok@$KWOK_VERSION"
-    local replaces
-    replaces=$("$MODERN_GO" mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | jq -r .GoMod)
-    if grep -qE '^\s*replace' "$replaces"; then
-      echo "    kwok go.mod has replace directives; copying them into the throwaway module"
-      awk '/^replace \(/{f=1;print;next} f{print; if($0 ~ /^\)/) f=0; next} /^replace /{print}' "$replaces" >> go.mod
-      "$MODERN_GO" mod tidy
+    export GOFLAGS="-mod=mod -buildvcs=false"
+    printf 'module gcu-stack.local/kwok-build\n\ngo %s\n' "$KWOK_GO_MIN" > go.mod
+    printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/kwok/cmd/kwok"\n' > tools.go
+    go get "sigs.k8s.io/kwok@$KWOK_VERSION"
+    gomod="$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | jq -r .GoMod)"
+    if grep -qE '^\s*replace' "$gomod"; then
+      log "kwok's go.mod has replace directives; copying them into the throwaway module"
+      awk '/^replace \(/{f=1;print;next} f{print; if($0 ~ /^\)/) f=0; next} /^replace /{print}' "$gomod" >> go.mod
+      go mod tidy
     fi
-    "$MODERN_GO" build -trimpath \
-      -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" \
+    go build -trimpath -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" \
       -o "$KWOK_DIR/bin/kwok.tmp" sigs.k8s.io/kwok/cmd/kwok
-  )
+  ) || die "building kwok $KWOK_VERSION failed (see above)"
   mv -f "$KWOK_DIR/bin/kwok.tmp" "$KWOK_DIR/bin/kwok"
   rm -rf "$mod"
   kwok_stages
-  "$KWOK_DIR/bin/kwok" --version || true
-  step_done
+  timing kwok "$(elapsed "$t0")" "built $KWOK_VERSION"
 }
 
-# ------------------------------------------------------------- sanity summary
-summary_step() {
-  step "summary"
-  echo "    etcd:            $(command -v etcd || echo MISSING) ($(etcd --version 2>/dev/null | head -n1 || true))"
-  echo "    dockerd:         $(command -v dockerd || echo MISSING)"
-  echo "    docker CLI:      $( [ -x /usr/bin/docker ] && echo "/usr/bin/docker (Debian 20.10, used by devtools)" || echo MISSING); first in PATH: $(command -v docker || true)"
-  echo "    runc:            $(command -v runc || echo MISSING)"
-  echo "    busybox static:  $( [ -x /bin/busybox ] && echo /bin/busybox || echo MISSING)"
-  for b in "${KUBE_BINS[@]}"; do echo "    $b: $K8S_BIN/$b"; done
-  echo "    kubectl (use this one, matches the server): $K8S_BIN/kubectl"
-  echo "    kwok:            $KWOK_DIR/bin/kwok"
-  echo "    kwok stages:     $KWOK_DIR/kwok.yaml"
-  step_done
+# ------------------------------------------------------------------------------------------------ status
+status() {
+  local b etcd_bin
+  echo "kubernetes v$K8S_VERSION ($K8S_BIN, build id $(cat "$K8S_BIN/.build-id" 2>/dev/null || echo none);" \
+       "current $(kube_build_id)):"
+  for b in "${KUBE_BINS[@]}"; do
+    if [ -x "$K8S_BIN/$b" ]; then echo "  $b"; else echo "  $b MISSING"; fi
+  done
+  etcd_bin="$ETCD_DIR/bin/etcd"
+  if [ -x "$etcd_bin" ]; then echo "etcd: $etcd_bin ($("$etcd_bin" --version 2>/dev/null | head -n1))"
+  elif [ -x /usr/bin/etcd ]; then echo "etcd: FALLBACK /usr/bin/etcd ($(/usr/bin/etcd --version 2>/dev/null | head -n1))"
+  else echo "etcd: MISSING"; fi
+  if [ -x "$KWOK_DIR/bin/kwok" ]; then echo "kwok: $KWOK_DIR/bin/kwok ($KWOK_DIR/kwok.yaml)"; else echo "kwok: MISSING"; fi
+  for b in dockerd containerd runc; do echo "$b: $(command -v "$b" || echo MISSING)"; done
+  echo "busybox (static): $( [ -x /bin/busybox ] && echo /bin/busybox || echo MISSING)"
+  echo "CNI plugins: $( [ -x /usr/lib/cni/bridge ] && echo /usr/lib/cni || echo MISSING)"
 }
 
-if [ "${SKIP_APT:-0}" = 1 ]; then echo "==> [kube.sh] SKIP_APT=1: apt step skipped"; else apt_step; fi
-kube_step
-kwok_step
-summary_step
-echo "==> [kube.sh] total $(( $(date +%s) - SCRIPT_START ))s"
+# ------------------------------------------------------------------------------------------------ regen-go-mod
+regen_go_mod() {
+  local kv="${1:-$K8S_VERSION}" ev="${2:-$ETCD_VERSION}" kmod staging tmp
+  kv="${kv#v}"; ev="${ev#v}"
+  go_env
+  export GOFLAGS="-mod=mod -buildvcs=false"
+  go_step "$(go_min_for_builds)"
+  kmod="$(cd /tmp && go mod download -json "k8s.io/kubernetes@v$kv" | jq -r .GoMod)"
+  [ -f "$kmod" ] || die "cannot download k8s.io/kubernetes@v$kv's go.mod"
+  staging="$(sed -n 's#^[[:space:]]*\(k8s.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/src/k8s.io/.*#\1#p' "$kmod" | sort -u)"
+  [ -n "$staging" ] || die "no ./staging/src/k8s.io replaces in $kmod"
+  tmp="$(mktemp -d)"
+  {
+    echo "// Build module for the local test toolchain: Kubernetes $(echo "$kv" | cut -d. -f1-2) binaries (kube-apiserver,"
+    echo "// kube-controller-manager, kube-scheduler, kubelet, kubectl)."
+    echo "// Generated by scripts/toolchain/kube.sh regen-go-mod; go.sum is committed because the"
+    echo "// checksum database mirror here lacks some k8s.io entries (GONOSUMDB=k8s.io,sigs.k8s.io)."
+    echo "module gcu-stack/devtools"
+    echo
+    echo "go $(go_mod_go_line "$kmod")"
+    echo
+    echo "require k8s.io/kubernetes v$kv"
+    echo
+    echo "replace ("
+    for m in $staging; do printf '\t%s => %s v0.%s\n' "$m" "$m" "${kv#*.}"; done
+    echo ")"
+  } > "$tmp/go.mod"
+  cp "$tmp/go.mod" "$KUBE_MOD_DIR/go.mod"
+  rm -rf "$tmp"
+  (cd "$KUBE_MOD_DIR" && go mod tidy) || die "go mod tidy in $KUBE_MOD_DIR failed"
+  log "wrote $KUBE_MOD_DIR/go.mod ($(echo "$staging" | wc -l) staging replaces) and go.sum"
+  {
+    echo "// Build module for etcd's server command (the local cluster's etcd). Generated by"
+    echo "// scripts/toolchain/kube.sh regen-go-mod. reflect2 v1.0.1 (what etcd 3.5 lists) crashes when built with"
+    echo "// Go >= 1.18, hence the explicit v1.0.2."
+    echo "module gcu-stack/devtools/etcd"
+    echo
+    echo "go $(go_mod_go_line "$(cd /tmp && go mod download -json "go.etcd.io/etcd/server/v3@v$ev" | jq -r .GoMod)")"
+    echo
+    echo "require ("
+    printf '\tgo.etcd.io/etcd/server/v3 v%s\n' "$ev"
+    printf '\tgithub.com/modern-go/reflect2 v1.0.2\n'
+    printf '\tgithub.com/json-iterator/go v1.1.12\n'
+    echo ")"
+  } > "$ETCD_MOD_DIR/go.mod"
+  (cd "$ETCD_MOD_DIR" && go mod tidy) || die "go mod tidy in $ETCD_MOD_DIR failed"
+  log "wrote $ETCD_MOD_DIR/go.mod and go.sum"
+}
+
+# ------------------------------------------------------------------------------------------------ main
+cmd="${1:-build}"
+case "$cmd" in
+  build)
+    T_ALL="$(now)"
+    mkdir -p "$CACHE_DIR"
+    go_env
+    apt_step
+    go_step "$(go_min_for_builds)"
+    kube_step
+    etcd_step
+    kwok_step
+    timing total "$(elapsed "$T_ALL")" "local Kubernetes toolchain ready"
+    { echo "[kube.sh] timings:"; printf '[kube.sh]   %s\n' "${TIMINGS[@]}"; } >&2
+    ;;
+  status) status ;;
+  regen-go-mod) shift; regen_go_mod "$@" ;;
+  -h|--help|help) sed -n '2,/^set -euo/p' "$SELF" | sed -e '$d' -e 's/^# \{0,1\}//' ;;
+  *) die "unknown command '$cmd' (build | status | regen-go-mod [K8S_VERSION [ETCD_VERSION]])" ;;
+esac

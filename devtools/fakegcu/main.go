@@ -1,0 +1,423 @@
+// Command gcu-k8s-plugin (gcu-stack stand-in): a Kubernetes device plugin that
+// advertises N fake Enflame GCUs and hands them to containers.
+//
+// It stands in for Enflame's gcu-k8s-plugin in the device-plugin image the tests
+// build, so the project's DaemonSet runs it unchanged: `--resource-name` comes from
+// the DaemonSet's args, the kubelet's device-plugin directory is the host path the
+// DaemonSet mounts (/var/lib/kubelet/device-plugins).
+//
+// The fake devices are real character devices (clones of /dev/null, c 1:3) that it
+// creates in a directory of its own, by default <device-plugin-path>/fake-gcu/, a
+// directory the DaemonSet already mounts and that does not touch the machine's /dev.
+// Allocate answers with one DeviceSpec per device, so the container gets
+// /dev/gcu<N> for each GCU it was given. A device whose file disappears (or stops
+// being a character device) is reported Unhealthy; when it comes back, Healthy.
+//
+// When the kubelet restarts it recreates kubelet.sock and removes every socket in
+// the directory, ours included: the plugin notices either and registers again.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// Version is printed by --version and in --help.
+const Version = "0.1.0-gcu-stack-standin"
+
+// Config is everything the plugin is told, by flags or environment.
+type Config struct {
+	ResourceName  string        // extended resource, e.g. enflame.com/gcu
+	DeviceCount   int           // how many fake GCUs
+	PluginDir     string        // the kubelet's device-plugin directory (kubelet.sock lives there)
+	DeviceDir     string        // where this process creates the device nodes
+	HostDeviceDir string        // the same directory as the container runtime sees it (DeviceSpec.HostPath)
+	SocketName    string        // our socket's file name inside PluginDir
+	PollInterval  time.Duration // how often kubelet.sock, our socket and the device files are checked
+}
+
+func envOr(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}
+
+func defaultSocketName(resource string) string {
+	r := strings.NewReplacer("/", "-", ".", "-")
+	return "fake-gcu-" + r.Replace(resource) + ".sock"
+}
+
+// parseFlags reads the command line and the GCU_FAKE_* environment.
+func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
+	fs := flag.NewFlagSet("gcu-k8s-plugin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := &Config{}
+	count, err := strconv.Atoi(envOr("GCU_FAKE_DEVICE_COUNT", "4"))
+	if err != nil {
+		return nil, fmt.Errorf("GCU_FAKE_DEVICE_COUNT=%q is not a number", os.Getenv("GCU_FAKE_DEVICE_COUNT"))
+	}
+	fs.StringVar(&cfg.ResourceName, "resource-name", envOr("GCU_FAKE_RESOURCE_NAME", "enflame.com/gcu"),
+		"extended resource to advertise (env GCU_FAKE_RESOURCE_NAME)")
+	fs.IntVar(&cfg.DeviceCount, "device-count", count, "number of fake GCUs (env GCU_FAKE_DEVICE_COUNT)")
+	fs.StringVar(&cfg.PluginDir, "device-plugin-path", envOr("GCU_FAKE_DEVICE_PLUGIN_PATH", pluginapi.DevicePluginPath),
+		"the kubelet's device-plugin directory, holding kubelet.sock (env GCU_FAKE_DEVICE_PLUGIN_PATH)")
+	fs.StringVar(&cfg.DeviceDir, "device-dir", os.Getenv("GCU_FAKE_DEVICE_DIR"),
+		"directory for the fake device nodes gcu0..gcuN-1 (env GCU_FAKE_DEVICE_DIR; default <device-plugin-path>/fake-gcu)")
+	fs.StringVar(&cfg.HostDeviceDir, "host-device-dir", os.Getenv("GCU_FAKE_HOST_DEVICE_DIR"),
+		"the device directory's path on the node, if it differs inside this container (env GCU_FAKE_HOST_DEVICE_DIR; default --device-dir)")
+	fs.StringVar(&cfg.SocketName, "socket-name", os.Getenv("GCU_FAKE_SOCKET_NAME"),
+		"socket file name in the device-plugin directory (default derived from the resource name)")
+	fs.DurationVar(&cfg.PollInterval, "poll-interval", time.Second, "how often sockets and device files are checked")
+	version := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() { fmt.Fprintln(stderr, "run gcu-k8s-plugin --help for the flags") }
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" {
+			fmt.Fprintf(stdout, "Usage: gcu-k8s-plugin [flags]\n\n"+
+				"gcu-stack stand-in for Enflame's GCU device plugin (%s): advertises fake GCUs\n"+
+				"backed by character devices (c 1:3, like /dev/null) and allocates them as /dev/gcu<N>.\n\nFlags:\n", Version)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil, flag.ErrHelp
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if *version {
+		fmt.Fprintln(stdout, Version)
+		return nil, flag.ErrHelp
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if cfg.DeviceCount < 0 {
+		return nil, fmt.Errorf("--device-count must not be negative, got %d", cfg.DeviceCount)
+	}
+	if cfg.ResourceName == "" || !strings.Contains(cfg.ResourceName, "/") {
+		return nil, fmt.Errorf("--resource-name must look like vendor-domain/resource, got %q", cfg.ResourceName)
+	}
+	if cfg.DeviceDir == "" {
+		cfg.DeviceDir = filepath.Join(cfg.PluginDir, "fake-gcu")
+	}
+	if cfg.HostDeviceDir == "" {
+		cfg.HostDeviceDir = cfg.DeviceDir
+	}
+	if cfg.SocketName == "" {
+		cfg.SocketName = defaultSocketName(cfg.ResourceName)
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = time.Second
+	}
+	return cfg, nil
+}
+
+// deviceID is the kubelet-facing ID of GCU i; its node is <dir>/gcu<i>.
+func deviceID(i int) string { return "gcu" + strconv.Itoa(i) }
+
+// ensureDevices creates the missing device nodes (c 1:3, mode 0666).
+func ensureDevices(cfg *Config) error {
+	if err := os.MkdirAll(cfg.DeviceDir, 0o755); err != nil {
+		return fmt.Errorf("cannot create the fake device directory %s: %w", cfg.DeviceDir, err)
+	}
+	for i := 0; i < cfg.DeviceCount; i++ {
+		path := filepath.Join(cfg.DeviceDir, deviceID(i))
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err == nil {
+			if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+				return fmt.Errorf("%s exists and is not a character device: remove it or choose another --device-dir", path)
+			}
+			continue
+		}
+		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("mknod %s (c 1 3) failed: %w (the plugin needs CAP_MKNOD, or create the nodes beforehand)", path, err)
+		}
+		// mknod's mode is filtered by the umask.
+		if err := os.Chmod(path, 0o666); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func deviceHealthy(cfg *Config, i int) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(cfg.DeviceDir, deviceID(i)), &st); err != nil {
+		return false
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFCHR
+}
+
+// Plugin is the DevicePlugin gRPC service.
+type Plugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+	cfg     *Config
+	updates chan struct{} // closed and replaced whenever the device list changes
+	health  []bool
+	stop    chan struct{}
+	lock    chan struct{} // a one-slot mutex usable in select
+}
+
+func NewPlugin(cfg *Config) *Plugin {
+	p := &Plugin{cfg: cfg, updates: make(chan struct{}), stop: make(chan struct{}), lock: make(chan struct{}, 1)}
+	p.health = make([]bool, cfg.DeviceCount)
+	for i := range p.health {
+		p.health[i] = deviceHealthy(cfg, i)
+	}
+	return p
+}
+
+func (p *Plugin) snapshot() ([]*pluginapi.Device, chan struct{}) {
+	p.lock <- struct{}{}
+	defer func() { <-p.lock }()
+	devs := make([]*pluginapi.Device, len(p.health))
+	for i, ok := range p.health {
+		h := pluginapi.Healthy
+		if !ok {
+			h = pluginapi.Unhealthy
+		}
+		devs[i] = &pluginapi.Device{ID: deviceID(i), Health: h}
+	}
+	return devs, p.updates
+}
+
+// checkHealth re-reads the device files; true if anything changed.
+func (p *Plugin) checkHealth() bool {
+	p.lock <- struct{}{}
+	defer func() { <-p.lock }()
+	changed := false
+	for i := range p.health {
+		ok := deviceHealthy(p.cfg, i)
+		if ok != p.health[i] {
+			state := "Healthy"
+			if !ok {
+				state = "Unhealthy"
+			}
+			log.Printf("device %s is now %s", deviceID(i), state)
+			p.health[i] = ok
+			changed = true
+		}
+	}
+	if changed {
+		close(p.updates)
+		p.updates = make(chan struct{})
+	}
+	return changed
+}
+
+func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	for {
+		devs, changed := p.snapshot()
+		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-p.stop:
+			return nil
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+func (p *Plugin) GetPreferredAllocation(context.Context, *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	return &pluginapi.PreferredAllocationResponse{}, nil
+}
+
+func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	resp := &pluginapi.AllocateResponse{}
+	for _, creq := range req.ContainerRequests {
+		cresp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
+		var indexes []int
+		for _, id := range creq.DevicesIDs {
+			i, err := strconv.Atoi(strings.TrimPrefix(id, "gcu"))
+			if !strings.HasPrefix(id, "gcu") || err != nil || i < 0 || i >= p.cfg.DeviceCount {
+				return nil, fmt.Errorf("unknown device %q (this plugin has gcu0..gcu%d)", id, p.cfg.DeviceCount-1)
+			}
+			indexes = append(indexes, i)
+		}
+		sort.Ints(indexes)
+		visible := make([]string, len(indexes))
+		for k, i := range indexes {
+			cresp.Devices = append(cresp.Devices, &pluginapi.DeviceSpec{
+				ContainerPath: "/dev/" + deviceID(i),
+				HostPath:      filepath.Join(p.cfg.HostDeviceDir, deviceID(i)),
+				Permissions:   "rw",
+			})
+			visible[k] = strconv.Itoa(i)
+		}
+		cresp.Envs["GCU_FAKE_VISIBLE_DEVICES"] = strings.Join(visible, ",")
+		log.Printf("allocate %v", creq.DevicesIDs)
+		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
+	}
+	return resp, nil
+}
+
+func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+// fileID identifies a file instance: a recreated socket has another inode or ctime.
+type fileID struct {
+	ino   uint64
+	ctime int64
+}
+
+func statID(path string) (fileID, bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return fileID{}, false
+	}
+	return fileID{ino: st.Ino, ctime: st.Ctim.Nano()}, true
+}
+
+// serve listens on our socket; the returned server is stopped by the caller.
+func (p *Plugin) serve() (*grpc.Server, error) {
+	sock := filepath.Join(p.cfg.PluginDir, p.cfg.SocketName)
+	if err := os.Remove(sock); err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on %s: %w", sock, err)
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(srv, p)
+	go func() {
+		if err := srv.Serve(ln); err != nil {
+			log.Printf("plugin server on %s stopped: %v", sock, err)
+		}
+	}()
+	return srv, nil
+}
+
+func (p *Plugin) register(ctx context.Context) error {
+	kubelet := filepath.Join(p.cfg.PluginDir, "kubelet.sock")
+	conn, err := grpc.NewClient("unix://"+kubelet, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     p.cfg.SocketName,
+		ResourceName: p.cfg.ResourceName,
+		Options:      &pluginapi.DevicePluginOptions{},
+	}, grpc.WaitForReady(true))
+	return err
+}
+
+// Run serves and keeps the plugin registered until ctx ends.
+func Run(ctx context.Context, cfg *Config) error {
+	if err := ensureDevices(cfg); err != nil {
+		return err
+	}
+	p := NewPlugin(cfg)
+	defer close(p.stop)
+	kubeletSock := filepath.Join(cfg.PluginDir, "kubelet.sock")
+	ourSock := filepath.Join(cfg.PluginDir, cfg.SocketName)
+	log.Printf("gcu-k8s-plugin stand-in %s: %d fake GCUs as %s, devices in %s (node path %s), socket %s",
+		Version, cfg.DeviceCount, cfg.ResourceName, cfg.DeviceDir, cfg.HostDeviceDir, ourSock)
+
+	var srv *grpc.Server
+	var registeredWith fileID
+	var servingOn fileID
+	registered := false
+	defer func() {
+		if srv != nil {
+			srv.Stop()
+			os.Remove(ourSock)
+		}
+	}()
+	ticker := time.NewTicker(cfg.PollInterval)
+	defer ticker.Stop()
+	waitingLogged := false
+	for {
+		p.checkHealth()
+		kid, kubeletUp := statID(kubeletSock)
+		sid, socketThere := statID(ourSock)
+		switch {
+		case !kubeletUp:
+			if !waitingLogged {
+				log.Printf("waiting for the kubelet: %s does not exist", kubeletSock)
+				waitingLogged = true
+			}
+			registered = false
+		case srv == nil || !socketThere || sid != servingOn:
+			// (re)start our server: first start, or the kubelet removed our socket on restart
+			if srv != nil {
+				log.Printf("%s was removed (kubelet restart?): serving again", ourSock)
+				srv.Stop()
+			}
+			var err error
+			if srv, err = p.serve(); err != nil {
+				return err
+			}
+			servingOn, _ = statID(ourSock)
+			registered = false
+			continue
+		case !registered || kid != registeredWith:
+			if registered {
+				log.Printf("%s was recreated (kubelet restart): registering again", kubeletSock)
+			}
+			if err := p.register(ctx); err != nil {
+				log.Printf("registration with %s failed (retrying): %v", kubeletSock, err)
+			} else {
+				log.Printf("registered %s with the kubelet", cfg.ResourceName)
+				registered, registeredWith, waitingLogged = true, kid, false
+			}
+		}
+		select {
+		case <-ctx.Done():
+			log.Printf("stopping")
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+func main() {
+	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
+	cfg, err := parseFlags(os.Args[1:], os.Stdout, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gcu-k8s-plugin: %v\n", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := Run(ctx, cfg); err != nil {
+		log.Printf("error: %v", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,1529 @@
+"""A real Kubernetes node for tests: kubelet 1.33 + a containerd of its own, in namespaces of its own.
+
+Pods really run here (runc containers from images imported into the node's containerd),
+next to the simulated kwok nodes of :mod:`devtools.localcluster`::
+
+    with RealNode(tmp_path / "node", "gcu-real-1", cluster.kubeconfig,
+                  ca_cert=..., ca_key=..., labels={"enflame.com/gcu.present": "true"}) as node:
+        node.import_image(dockerd, "artifact.enflame.cn/.../gcu-plugin:fake-gcu")
+        ...                           # the node is Ready; pods scheduled to it run
+
+    RealNode.for_cluster(cluster, tmp_path / "node", "gcu-real-1", labels=...)   # the same, CA from LocalCluster
+
+What the node is made of (everything it writes lives under ``workdir``):
+
+* **Network namespace** ``gcurn-<name>`` (``ip netns add``), joined to the machine's by a
+  veth pair: ``grn<hash>`` (10.234.I.1/30) here, ``eth0`` (10.234.I.2, the node's
+  InternalIP) there. containerd, the kubelet, the CNI bridge ``cni0`` (pods get
+  10.233.I.0/24), hostNetwork pods and the kubelet's ports all live in it, so nothing
+  lands in the machine's own network namespace but that one veth end and a route to
+  the pod subnet (the API server reaches the kubelet, for logs/exec, over the veth). The
+  kubelet is in there too, so its probes reach pod IPs and hostNetwork pods like on a
+  real node. The API server (loopback of the machine) is reached through a small
+  forwarder (``agent`` below) listening *inside* the namespace on the kubeconfig's
+  ``127.0.0.1:<port>`` and on the ``kubernetes`` Service IP (``10.96.0.1:443``), so
+  pods' in-cluster clients work without kube-proxy.
+* **Mount namespace** (private, held by a ``sleep`` process): the kubelet and containerd
+  share it. In it, ``/var/lib`` is ``workdir/var-lib`` (so the kubelet's root dir is the
+  ordinary ``/var/lib/kubelet`` and the device-plugin directory the project's DaemonSet
+  mounts, ``/var/lib/kubelet/device-plugins``, is this node's), ``/var/log`` is
+  ``workdir/var-log`` (pod logs, ``/var/log/containers``) and ``/run`` is a tmpfs
+  (containerd shim sockets, runc state). Every mount the kubelet and containerd make
+  (secret/token tmpfs, rootfs binds, the kubelet's rshared root) is in that namespace and
+  goes away with it, so the machine's mount table never sees them. The machine's
+  ``/var/lib/kubelet`` is not touched, and several real nodes can run side by side.
+  Six kernel tunables the kubelet would otherwise set machine-wide (``kernel.panic``,
+  ``vm.overcommit_memory``, ...) are shadowed in that namespace by files holding the
+  values it wants, so it writes none of them.
+* **containerd** (Debian 1.6): own config (``version = 2``), root, state, gRPC socket,
+  CRI with ``restrict_oom_score_adj``, ``disable_apparmor``, the ``native`` snapshotter,
+  a local sandbox image (static busybox that sleeps; made here, no registry),
+  CNI ``bridge`` + ``host-local`` + ``loopback`` from ``/usr/lib/cni``, pod network
+  namespaces under its state dir, and ``imports = ["<workdir>/containerd/conf.d/*.toml"]``
+  (runtime activation writes there; containerd 1.6 does not reload: ``restart_containerd()``).
+* **kubelet** 1.33 (``~/.cache/gcu-stack/kubernetes-1.33.4/bin/kubelet``): the settings of
+  REFERENCE.md §5, a client certificate ``system:node:<name>`` signed by the cluster CA
+  when ``ca_key`` is given (else the kubeconfig as it is), labels through
+  ``--node-labels`` (``*.kubernetes.io`` ones, which a kubelet may not set, through the API)
+  and taints through ``registerWithTaints``. Image garbage collection is off, so imported
+  images stay.
+
+**Cleanup** (``stop()``, ``down``, and the agent when the Python process that started the
+node dies): the kubelet, every container (descendants of this containerd's shims, and
+anything left in the cgroups of its containers), the shims, containerd, the holder and
+anything else inside the network or mount namespace are killed; the mount namespace dies
+with them (taking every mount made in it); the containers' cgroups are removed; the
+network namespace, veth and route go; ``/run/netns`` is unmounted again when this made it
+and it is empty; the Node object is deleted (optional). ``leftovers()`` lists anything
+still there; tests assert it is empty. A node started with the same name while a stale
+one exists (a killed test run) is cleaned up first, found by its network namespace.
+
+CLI (detached; for ``scripts/gcu-stack``)::
+
+    python -m devtools.realnode up --state-dir D --kubeconfig K --name N [--label k=v] [--taint k=v:NoSchedule]
+    python -m devtools.realnode import-image --state-dir D --docker-host unix:///.../docker.sock REF [REF...]
+    python -m devtools.realnode status --state-dir D
+    python -m devtools.realnode down --state-dir D [--keep-node-object]
+    python -m devtools.realnode leftovers --state-dir D      # exit 1 if anything of the node is left
+
+``up`` prints one JSON object on stdout (name, node IP, containerd address, device-plugin
+directory, ...). Requires root (namespaces, mounts, mknod).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import ctypes
+import errno
+import fcntl
+import hashlib
+import http.client
+import io
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+
+from devtools import (CACHE_DIR, TOOLCHAIN_HINT, ComponentFailed, ToolchainMissing, kill_pid, log_tail,
+                      pid_alive, spawn)
+
+K8S_VERSION = os.environ.get("GCU_K8S_VERSION", "1.33.4")
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+NETNS_PREFIX = "gcurn-"
+LINK_PREFIX = "grn"
+LINK_NET = "10.234.{i}.{host}"       # /30 per node: .1 this machine, .2 the node
+POD_NET = "10.233.{i}"               # /24 per node, on the node's cni0 bridge
+KUBELET_PORT = 10250
+PAUSE_REPOSITORY = "gcu-stack.local/realnode-pause"
+K8S_NAMESPACE = "k8s.io"             # containerd namespace the CRI plugin uses
+# What the kubelet would set machine-wide (pkg/kubelet/cm setupKernelTunables), shadowed in the node.
+KERNEL_TUNABLES = {
+    "vm/overcommit_memory": "1", "vm/panic_on_oom": "0", "kernel/panic": "10", "kernel/panic_on_oops": "1",
+    "kernel/keys/root_maxkeys": "1000000", "kernel/keys/root_maxbytes": "25000000",
+}
+# Paths the kubelet/containerd would create on a host, kept inside the node; leftovers() checks them.
+HOST_PATHS_KEPT_INSIDE = ("/var/lib/kubelet", "/var/lib/cni", "/var/log/pods", "/var/log/containers",
+                          "/run/containerd", "/opt/containerd", "/var/lib/containerd",
+                          "/usr/libexec/kubernetes")
+CNI_PLUGINS = ("bridge", "host-local", "loopback")
+# What runs in the node's namespaces besides containers (teardown's roots)
+NODE_PROGRAMS = {"containerd", "containerd-shim-runc-v2", "kubelet", "busybox", "runc", "nsenter", "unshare", "sh"}
+_CLONE_NEWNET = 0x40000000
+_LOCK = CACHE_DIR / "realnode.lock"
+
+
+class RealNodeError(ComponentFailed):
+    """The real node could not start (message names the node, the file and what to do)."""
+
+
+# --------------------------------------------------------------------------- toolchain
+
+def _exe(candidates: Iterable[str]) -> Optional[str]:
+    for c in candidates:
+        if not c:
+            continue
+        p = c if os.path.isabs(c) else shutil.which(c)
+        if p and os.access(p, os.X_OK):
+            return p
+    return None
+
+
+def find_toolchain() -> dict:
+    """kubelet, containerd (+ctr, shim, runc), CNI plugins, iproute2, util-linux, a static busybox, openssl."""
+    kube_dir = Path(os.environ.get("GCU_KUBE_BIN_DIR") or CACHE_DIR / f"kubernetes-{K8S_VERSION}" / "bin")
+    found = {
+        "kubelet": _exe([os.environ.get("GCU_KUBELET_BIN", ""), str(kube_dir / "kubelet")]),
+        "containerd": _exe([os.environ.get("GCU_CONTAINERD_BIN", ""), "/usr/bin/containerd", "containerd"]),
+        "ctr": _exe(["/usr/bin/ctr", "ctr"]),
+        "containerd-shim-runc-v2": _exe(["/usr/bin/containerd-shim-runc-v2", "containerd-shim-runc-v2"]),
+        "runc": _exe(["/usr/sbin/runc", "/usr/bin/runc", "runc"]),
+        "ip": _exe(["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "ip"]),
+        "nsenter": _exe(["/usr/bin/nsenter", "nsenter"]),
+        "unshare": _exe(["/usr/bin/unshare", "unshare"]),
+        "mount": _exe(["/usr/bin/mount", "/bin/mount", "mount"]),
+        "umount": _exe(["/usr/bin/umount", "/bin/umount", "umount"]),
+        "busybox": _exe(["/bin/busybox", "/usr/bin/busybox"]),
+        "openssl": _exe(["openssl"]),
+    }
+    cni_dir = Path(os.environ.get("GCU_CNI_BIN_DIR") or "/usr/lib/cni")
+    fixes = {"kubelet": f"{TOOLCHAIN_HINT} (it builds kubelet {K8S_VERSION} into {kube_dir})",
+             "containerd": "apt-get install containerd", "ctr": "apt-get install containerd",
+             "containerd-shim-runc-v2": "apt-get install containerd", "runc": "apt-get install runc",
+             "ip": "apt-get install iproute2", "nsenter": "apt-get install util-linux",
+             "unshare": "apt-get install util-linux", "mount": "apt-get install mount",
+             "umount": "apt-get install mount", "busybox": "apt-get install busybox-static",
+             "openssl": "apt-get install openssl"}
+    missing = [f"{k} ({fixes[k]})" for k, v in found.items() if not v]
+    missing += [f"CNI plugin {cni_dir / p} (apt-get install containernetworking-plugins)"
+                for p in CNI_PLUGINS if not os.access(cni_dir / p, os.X_OK)]
+    if missing:
+        raise ToolchainMissing("real node toolchain incomplete, missing: " + "; ".join(missing))
+    found["cni_dir"] = str(cni_dir)
+    return found
+
+
+# --------------------------------------------------------------------------- small helpers
+
+def _run(argv: Sequence[Any], *, check: bool = True, input: Optional[Union[str, bytes]] = None,
+         timeout: float = 120, what: str = "") -> subprocess.CompletedProcess:
+    text = not isinstance(input, bytes)
+    r = subprocess.run([str(a) for a in argv], input=input, capture_output=True, text=text, timeout=timeout)
+    if check and r.returncode != 0:
+        err = r.stderr if text else r.stderr.decode(errors="replace")
+        raise RealNodeError(f"{what + ': ' if what else ''}command failed ({r.returncode}): "
+                            f"{' '.join(map(str, argv))}\n{err.strip()}")
+    return r
+
+
+def netns_name(name: str) -> str:
+    return NETNS_PREFIX + name
+
+
+def link_name(name: str) -> str:
+    return LINK_PREFIX + hashlib.sha1(name.encode()).hexdigest()[:8]
+
+
+def _ns_inode(path: str) -> Optional[int]:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def _proc_ns(pid: int, kind: str) -> Optional[int]:
+    return _ns_inode(f"/proc/{pid}/ns/{kind}")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _ppid(pid: int) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _all_pids() -> list[int]:
+    return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+
+
+def _ancestors(pid: int) -> set[int]:
+    out = set()
+    while pid and pid not in out:
+        out.add(pid)
+        pid = _ppid(pid) or 0
+    return out
+
+
+def _mountpoints() -> list[str]:
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            out.append(fields[4].encode().decode("unicode_escape"))
+    return out
+
+
+def _is_mountpoint(path: str) -> bool:
+    return path in _mountpoints()
+
+
+def _cgroup_roots() -> list[Path]:
+    """Mount points of the cgroup v1 hierarchies (and the v2 one)."""
+    roots = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            if right.split()[0] in ("cgroup", "cgroup2"):
+                roots.append(Path(left.split()[4]))
+    return roots
+
+
+def _setns(path: str) -> None:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"setns({path}): {os.strerror(e)}")
+    finally:
+        os.close(fd)
+
+
+def parse_taint(text: str) -> dict:
+    """"key=value:Effect" or "key:Effect" -> a taint dict."""
+    m = re.fullmatch(r"([^=:]+)(?:=([^:]*))?:(NoSchedule|PreferNoSchedule|NoExecute)", text)
+    if not m:
+        raise ValueError(f"taint {text!r}: expected key[=value]:NoSchedule|PreferNoSchedule|NoExecute")
+    taint = {"key": m.group(1), "effect": m.group(3)}
+    if m.group(2) is not None:
+        taint["value"] = m.group(2)
+    return taint
+
+
+def _kubelet_may_set(label: str) -> bool:
+    """The kubelet refuses --node-labels in the kubernetes.io / k8s.io namespaces but these."""
+    prefix = label.split("/", 1)[0] if "/" in label else ""
+    restricted = any(prefix == d or prefix.endswith("." + d) for d in ("kubernetes.io", "k8s.io"))
+    if not restricted:
+        return True
+    allowed = {"kubernetes.io/hostname", "kubernetes.io/instance-type", "kubernetes.io/os", "kubernetes.io/arch",
+               "beta.kubernetes.io/instance-type", "beta.kubernetes.io/os", "beta.kubernetes.io/arch",
+               "failure-domain.beta.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region",
+               "topology.kubernetes.io/zone", "topology.kubernetes.io/region", "node.kubernetes.io/instance-type"}
+    return label in allowed or prefix in ("kubelet.kubernetes.io", "node.kubernetes.io") or \
+        prefix.endswith(".kubelet.kubernetes.io") or prefix.endswith(".node.kubernetes.io")
+
+
+# --------------------------------------------------------------------------- kubeconfig / API
+
+class KubeApi:
+    """Just enough of a Kubernetes client for the node: token or client-certificate auth from a kubeconfig."""
+
+    def __init__(self, kubeconfig: Union[str, Path]):
+        self.path = Path(kubeconfig)
+        try:
+            text = self.path.read_text()
+        except OSError as e:
+            raise RealNodeError(f"cannot read the kubeconfig {self.path}: {e}")
+        try:
+            cfg = json.loads(text)
+        except ValueError:
+            try:
+                import yaml  # type: ignore
+            except ImportError:
+                raise RealNodeError(f"{self.path} is not JSON and PyYAML is not installed to read it as YAML")
+            cfg = yaml.safe_load(text)
+        ctx_name = cfg.get("current-context")
+        contexts = {c["name"]: c["context"] for c in cfg.get("contexts") or []}
+        ctx = contexts.get(ctx_name) or (next(iter(contexts.values())) if contexts else {})
+        clusters = {c["name"]: c["cluster"] for c in cfg.get("clusters") or []}
+        users = {u["name"]: u.get("user") or {} for u in cfg.get("users") or []}
+        self.cluster = clusters.get(ctx.get("cluster")) or (next(iter(clusters.values())) if clusters else {})
+        self.user = users.get(ctx.get("user")) or {}
+        self.server = self.cluster.get("server") or ""
+        if not self.server.startswith("https://"):
+            raise RealNodeError(f"{self.path}: the real node needs an https API server, found server {self.server!r}")
+        self._tmp = tempfile.mkdtemp(prefix="gcurn-kc-")
+        self.ctx = ssl.create_default_context()
+        if self.cluster.get("insecure-skip-tls-verify"):
+            self.ctx = ssl._create_unverified_context()
+        elif self.cluster.get("certificate-authority-data"):
+            self.ctx.load_verify_locations(cadata=base64.b64decode(self.cluster["certificate-authority-data"]).decode())
+        elif self.cluster.get("certificate-authority"):
+            self.ctx.load_verify_locations(cafile=self._rel(self.cluster["certificate-authority"]))
+        cert, key = self._material("client-certificate"), self._material("client-key")
+        if cert and key:
+            self.ctx.load_cert_chain(cert, key)
+        self.token = self.user.get("token")
+        u = urllib.parse.urlparse(self.server)
+        self.host, self.port = u.hostname or "127.0.0.1", u.port or 443
+
+    def _rel(self, p: str) -> str:
+        return str(p if os.path.isabs(p) else self.path.parent / p)
+
+    def _material(self, key: str) -> Optional[str]:
+        if self.user.get(key + "-data"):
+            out = Path(self._tmp) / key
+            out.write_bytes(base64.b64decode(self.user[key + "-data"]))
+            os.chmod(out, 0o600)
+            return str(out)
+        return self._rel(self.user[key]) if self.user.get(key) else None
+
+    def ca_pem(self) -> bytes:
+        if self.cluster.get("certificate-authority-data"):
+            return base64.b64decode(self.cluster["certificate-authority-data"])
+        if self.cluster.get("certificate-authority"):
+            return Path(self._rel(self.cluster["certificate-authority"])).read_bytes()
+        return b""
+
+    def request(self, method: str, path: str, body: Any = None, *, timeout: float = 15,
+                content_type: str = "application/json") -> Any:
+        conn = http.client.HTTPSConnection(self.host, self.port, context=self.ctx, timeout=timeout)
+        try:
+            headers = {"Accept": "application/json"}
+            if self.token:
+                headers["Authorization"] = f"Bearer {self.token}"
+            data = None
+            if body is not None:
+                data = json.dumps(body).encode()
+                headers["Content-Type"] = content_type
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+            text = resp.read().decode(errors="replace")
+            if resp.status >= 300:
+                err = RealNodeError(f"{method} {path} -> HTTP {resp.status}: {text[:400]}")
+                err.status = resp.status  # type: ignore[attr-defined]
+                raise err
+            return json.loads(text) if text else None
+        finally:
+            conn.close()
+
+    def get(self, path: str, **kw: Any) -> Any:
+        return self.request("GET", path, **kw)
+
+    def close(self) -> None:
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def node_ready(node: Mapping) -> bool:
+    conds = {c.get("type"): c.get("status") for c in (node.get("status") or {}).get("conditions") or []}
+    taints = (node.get("spec") or {}).get("taints") or []
+    return conds.get("Ready") == "True" and not any(
+        t.get("key") in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable") for t in taints)
+
+
+# --------------------------------------------------------------------------- sandbox image
+
+def sandbox_image_archive(busybox: str) -> tuple[Path, str]:
+    """A docker-save archive of a static-busybox image whose entrypoint sleeps (TERM ends it); cached.
+
+    Made here (no registry, no dockerd): one layer, the busybox root filesystem of devtools/dockerd.py.
+    """
+    from devtools.dockerd import busybox_rootfs_tar
+
+    layer = busybox_rootfs_tar(busybox)
+    layer_bytes = layer.read_bytes()
+    diff_id = "sha256:" + hashlib.sha256(layer_bytes).hexdigest()
+    config = {
+        "architecture": "amd64", "os": "linux",
+        "config": {"Entrypoint": ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"],
+                   "Env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"], "WorkingDir": "/"},
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        "history": [{"created_by": "gcu-stack realnode sandbox image (static busybox)"}],
+    }
+    config_bytes = json.dumps(config, sort_keys=True).encode()
+    config_id = hashlib.sha256(config_bytes).hexdigest()
+    ref = f"{PAUSE_REPOSITORY}:{config_id[:12]}"
+    out = CACHE_DIR / "realnode-pause" / f"pause-{config_id[:12]}.tar"
+    if out.exists():
+        return out, ref
+    out.parent.mkdir(parents=True, exist_ok=True)
+    manifest = [{"Config": f"{config_id}.json", "RepoTags": [ref], "Layers": [f"{config_id}/layer.tar"]}]
+    tmp = out.with_suffix(".tmp")
+    with tarfile.open(tmp, "w") as tf:
+        for name, data in ((f"{config_id}.json", config_bytes), (f"{config_id}/layer.tar", layer_bytes),
+                           ("manifest.json", json.dumps(manifest).encode())):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tf.addfile(info, io.BytesIO(data))
+    tmp.replace(out)
+    return out, ref
+
+
+# --------------------------------------------------------------------------- the node
+
+class RealNode:
+    """A kubelet + containerd node in its own network and mount namespaces (see the module docstring).
+
+    Args:
+      workdir: the node's directory (configs, state, logs, the node's /var/lib and /var/log).
+        Must not be under /var/lib, /var/log or /run (those are replaced inside the node).
+      name: the Node's name; also names the network namespace (gcurn-<name>): unique per machine.
+      kubeconfig: a kubeconfig with rights to read/patch/delete Nodes (the cluster admin's).
+      ca_cert / ca_key: the cluster CA; when given, the kubelet gets its own client certificate
+        (system:node:<name>, group system:nodes), as on a real cluster. Otherwise it uses `kubeconfig`.
+      labels / taints: put on the Node at registration.
+      snapshotter: containerd snapshotter for the CRI ("native" as in REFERENCE.md; "overlayfs" is faster
+        where the filesystem allows it).
+      detach: processes outlive this Python process (CLI). Otherwise the kubelet and containerd get SIGKILL
+        when it dies, and the node's agent then removes everything else.
+      delete_node_on_stop: stop() deletes the Node object.
+    """
+
+    def __init__(self, workdir: Union[str, Path], name: str, kubeconfig: Union[str, Path], *,
+                 ca_cert: Optional[Union[str, Path]] = None, ca_key: Optional[Union[str, Path]] = None,
+                 labels: Optional[Mapping[str, str]] = None, taints: Sequence[Mapping[str, str]] = (),
+                 snapshotter: str = "native", detach: bool = False, delete_node_on_stop: bool = True,
+                 kubelet_verbosity: int = 2, extra_kubelet_config: Optional[Mapping[str, Any]] = None):
+        if os.geteuid() != 0:
+            raise RealNodeError(f"real node {name}: needs root (network/mount namespaces, mounts, cgroups)")
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,50}[a-z0-9])?", name):
+            raise RealNodeError(f"real node name {name!r}: use a DNS label of at most 52 characters "
+                                f"(lowercase letters, digits, '-', '.')")
+        self.workdir = Path(workdir).resolve()
+        for hidden in ("/var/lib", "/var/log", "/run", "/var/run"):
+            if self.workdir == Path(hidden) or Path(hidden) in self.workdir.parents:
+                raise RealNodeError(f"real node {name}: workdir {self.workdir} is under {hidden}, which the node "
+                                    f"replaces with a directory of its own; choose another directory")
+        self.name = name
+        self.kubeconfig = Path(kubeconfig).resolve()
+        self.ca_cert = Path(ca_cert).resolve() if ca_cert else None
+        self.ca_key = Path(ca_key).resolve() if ca_key else None
+        self.labels = dict(labels or {})
+        self.taints = [dict(t) for t in taints]
+        self.snapshotter = snapshotter
+        self.detach = detach
+        self.delete_node_on_stop = delete_node_on_stop
+        self.kubelet_verbosity = kubelet_verbosity
+        self.extra_kubelet_config = dict(extra_kubelet_config or {})
+        self.netns = netns_name(name)
+        self.link = link_name(name)
+        self.index: Optional[int] = None
+        self.timings: dict[str, float] = {}
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.pids: dict[str, int] = {}
+        self.state: dict = {}
+        self._agent_pipe: Optional[int] = None
+        self._api: Optional[KubeApi] = None
+        self._tc: Optional[dict] = None
+        self.sandbox_image = ""
+
+    # ---- constructors
+    @classmethod
+    def for_cluster(cls, cluster: Any, workdir: Union[str, Path], name: str, **kw: Any) -> "RealNode":
+        """A node for a devtools.localcluster.LocalCluster: its admin kubeconfig and its CA (pki/ca.*)."""
+        pki = Path(cluster.workdir) / "pki"
+        return cls(workdir, name, cluster.kubeconfig, ca_cert=pki / "ca.crt", ca_key=pki / "ca.key", **kw)
+
+    @classmethod
+    def from_state_dir(cls, state_dir: Union[str, Path]) -> "RealNode":
+        st = json.loads((Path(state_dir) / "state.json").read_text())
+        node = cls(st["workdir"], st["name"], st["kubeconfig"], detach=True,
+                   delete_node_on_stop=st.get("delete_node_on_stop", True), snapshotter=st.get("snapshotter", "native"))
+        node.state = st
+        node.index = st.get("index")
+        node.pids = {k: int(v) for k, v in (st.get("pids") or {}).items()}
+        node.sandbox_image = st.get("sandbox_image", "")
+        return node
+
+    # ---- paths
+    @property
+    def toolchain(self) -> dict:
+        if self._tc is None:
+            self._tc = find_toolchain()
+        return self._tc
+
+    @property
+    def api(self) -> KubeApi:
+        if self._api is None:
+            self._api = KubeApi(self.kubeconfig)
+        return self._api
+
+    @property
+    def log_dir(self) -> Path:
+        return self.workdir / "logs"
+
+    @property
+    def containerd_dir(self) -> Path:
+        return self.workdir / "containerd"
+
+    @property
+    def containerd_config(self) -> Path:
+        """containerd's config file (``version = 2``); drop-ins go to ``containerd_conf_d``."""
+        return self.containerd_dir / "config.toml"
+
+    @property
+    def containerd_conf_d(self) -> Path:
+        return self.containerd_dir / "conf.d"
+
+    @property
+    def containerd_socket(self) -> Path:
+        """containerd's gRPC socket (``ctr -a``, the kubelet's runtime endpoint)."""
+        sock = self.containerd_dir / "containerd.sock"
+        if len(str(sock)) + len(".ttrpc") < 100:
+            return sock
+        short = Path("/tmp") / f"gcurn-{hashlib.sha1(str(self.workdir).encode()).hexdigest()[:10]}"
+        return short / "containerd.sock"
+
+    @property
+    def var_lib(self) -> Path:
+        """The node's /var/lib, seen from this machine."""
+        return self.workdir / "var-lib"
+
+    @property
+    def var_log(self) -> Path:
+        return self.workdir / "var-log"
+
+    @property
+    def kubelet_root(self) -> Path:
+        """The kubelet's root dir (/var/lib/kubelet inside the node), seen from this machine."""
+        return self.var_lib / "kubelet"
+
+    @property
+    def device_plugin_dir(self) -> Path:
+        """/var/lib/kubelet/device-plugins of the node (kubelet.sock, plugins' sockets), seen from this machine."""
+        return self.kubelet_root / "device-plugins"
+
+    @property
+    def node_ip(self) -> str:
+        return LINK_NET.format(i=self.index, host=2)
+
+    @property
+    def host_ip(self) -> str:
+        return LINK_NET.format(i=self.index, host=1)
+
+    @property
+    def pod_subnet(self) -> str:
+        return POD_NET.format(i=self.index) + ".0/24"
+
+    def in_node(self, *argv: Any) -> list[str]:
+        """argv run inside the node's network and mount namespaces (via nsenter)."""
+        holder = self.pids.get("holder")
+        if not holder:
+            raise RealNodeError(f"real node {self.name} is not running")
+        return [self.toolchain["nsenter"], "-t", str(holder), "-m", "-n", "--", *map(str, argv)]
+
+    # ---- lifecycle
+    def __enter__(self) -> "RealNode":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 180.0) -> "RealNode":
+        """Namespaces, containerd, the kubelet; returns once the Node is Ready. On failure everything is removed."""
+        tc = self.toolchain
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        stale = find_stale(self.name)
+        if stale:
+            print(f"realnode {self.name}: removing a stale node of the same name ({', '.join(stale)})", file=sys.stderr)
+            old = self.workdir / "state.json"
+            st = json.loads(old.read_text()) if old.exists() else {}
+            if st.get("name") != self.name:
+                st = {"name": self.name, "netns": self.netns, "link": self.link, "workdir": str(self.workdir)}
+            teardown(st, log=lambda m: print(m, file=sys.stderr))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(exist_ok=True)
+        try:
+            self._check_server()
+            self._setup_network()
+            self.timings["network"] = time.monotonic() - t0
+            self._start_agent()
+            self._setup_mount_namespace()
+            self.timings["namespaces"] = time.monotonic() - t0
+            self._write_containerd_config()
+            self._start_containerd(deadline)
+            self.timings["containerd"] = time.monotonic() - t0
+            t = time.monotonic()
+            archive, self.sandbox_image = sandbox_image_archive(tc["busybox"])
+            self.import_image(archive)
+            self.timings["sandbox-image-import"] = time.monotonic() - t
+            self._write_kubelet_files()
+            self._start_kubelet()
+            self._write_state()
+            self._wait_registered(deadline)
+            self.timings["registered"] = time.monotonic() - t0
+            self._apply_restricted_labels()
+            self._wait_ready(deadline)
+            self.timings["ready"] = time.monotonic() - t0
+            self._write_state()
+        except BaseException:
+            try:
+                self.stop()
+            except Exception as cleanup_error:  # pragma: no cover - reported with the original error
+                print(f"realnode {self.name}: cleanup after a failed start also failed: {cleanup_error}",
+                      file=sys.stderr)
+            raise
+        return self
+
+    def _check_server(self) -> None:
+        host = self.api.host
+        if host not in ("127.0.0.1", "localhost"):
+            raise RealNodeError(f"real node {self.name}: the API server in {self.kubeconfig} is {self.api.server}; "
+                                "only a loopback API server (devtools.localcluster) is forwarded into the node")
+        try:
+            svc = self.api.get("/api/v1/namespaces/default/services/kubernetes")
+            self.service_ip = svc["spec"]["clusterIP"]
+            self.service_port = int(svc["spec"]["ports"][0]["port"])
+        except Exception as e:
+            raise RealNodeError(f"real node {self.name}: the API server {self.api.server} ({self.kubeconfig}) "
+                                f"does not answer: {e}. Start the cluster first.")
+
+    # -- network namespace + veth
+    def _setup_network(self) -> None:
+        ip = self.toolchain["ip"]
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        with open(_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.state["created_run_netns"] = not _is_mountpoint("/run/netns")
+            used = set()
+            out = _run([ip, "-o", "-4", "addr", "show"]).stdout
+            for m in re.finditer(r"inet 10\.234\.(\d+)\.", out):
+                used.add(int(m.group(1)))
+            start = int(hashlib.sha1(self.name.encode()).hexdigest(), 16) % 250 + 1
+            for k in range(250):
+                i = (start + k - 1) % 250 + 1
+                if i not in used:
+                    self.index = i
+                    break
+            else:
+                raise RealNodeError("no free 10.234.X.0/30 link network for another real node (250 in use)")
+            self.state.update(name=self.name, netns=self.netns, link=self.link, index=self.index,
+                              workdir=str(self.workdir))
+            self._write_state()
+            _run([ip, "netns", "add", self.netns], what=f"real node {self.name}: creating its network namespace")
+        ns = ["nsenter", f"--net=/run/netns/{self.netns}", "--"]
+        steps = [
+            [ip, "link", "add", self.link, "type", "veth", "peer", "name", "eth0", "netns", self.netns],
+            [ip, "addr", "add", f"{self.host_ip}/30", "dev", self.link],
+            [ip, "link", "set", self.link, "up"],
+            [*ns, ip, "link", "set", "lo", "up"],
+            [*ns, ip, "addr", "add", f"{self.node_ip}/30", "dev", "eth0"],
+            [*ns, ip, "link", "set", "eth0", "up"],
+            [*ns, ip, "route", "add", "default", "via", self.host_ip],
+            # the kubernetes Service IP, answered by the agent inside the node (no kube-proxy here)
+            [*ns, ip, "addr", "add", f"{self.service_ip}/32", "dev", "lo"],
+            [*ns, "/bin/sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"],   # this namespace's only
+            [ip, "route", "add", self.pod_subnet, "via", self.node_ip, "dev", self.link],
+        ]
+        for argv in steps:
+            _run(argv, what=f"real node {self.name}: network setup")
+        self.state["net_ino"] = _ns_inode(f"/run/netns/{self.netns}")
+        self._write_state()
+
+    # -- agent: API forwarder into the node (+ reaper when this process dies)
+    def _start_agent(self) -> None:
+        u = self.api
+        listen = [["127.0.0.1", u.port, u.host, u.port], [self.service_ip, self.service_port, u.host, u.port]]
+        self.state["forward"] = listen
+        self._write_state()
+        argv = [sys.executable, "-m", "devtools.realnode", "agent", "--state-dir", str(self.workdir)]
+        env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        ready = self.workdir / "agent.ready"
+        ready.unlink(missing_ok=True)
+        if self.detach:
+            proc = spawn(argv, self.log_dir / "agent.log", detach=True, env=env, cwd=PROJECT_DIR)
+        else:
+            # The agent outlives this process on purpose: when the pipe's write end closes without a
+            # "stop" (this process died), it tears the node down.
+            r, w = os.pipe()
+            log = open(self.log_dir / "agent.log", "ab", buffering=0)
+            try:
+                proc = subprocess.Popen(argv + ["--reap-on-eof"], stdin=r, stdout=log, stderr=subprocess.STDOUT,
+                                        env=env, cwd=PROJECT_DIR, start_new_session=True, close_fds=True)
+            finally:
+                log.close()
+                os.close(r)
+            self._agent_pipe = w
+        self.procs["agent"], self.pids["agent"] = proc, proc.pid
+        self._write_state()
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RealNodeError(f"real node {self.name}: its API forwarder did not start\n--- "
+                                    f"{self.log_dir / 'agent.log'} ---\n{log_tail(self.log_dir / 'agent.log')}")
+            time.sleep(0.05)
+
+    # -- mount namespace
+    def _setup_mount_namespace(self) -> None:
+        tc = self.toolchain
+        for d in (self.var_lib, self.var_log, self.workdir / "sysctl", self.kubelet_root / "device-plugins"):
+            d.mkdir(parents=True, exist_ok=True)
+        self.state["host_paths_before"] = [p for p in HOST_PATHS_KEPT_INSIDE if os.path.lexists(p)]
+        self.state["created_cgroup_parents"] = [str(r) for r in _cgroup_roots() if not (r / K8S_NAMESPACE).exists()]
+        argv = [tc["nsenter"], f"--net=/run/netns/{self.netns}", "--", tc["unshare"], "--mount",
+                "--propagation", "slave", "--", tc["busybox"], "sleep", "2147483647"]
+        self._spawn("holder", argv)
+        holder = self.pids["holder"]
+        deadline = time.monotonic() + 10
+        while _proc_ns(holder, "mnt") == _proc_ns(os.getpid(), "mnt") or _cmdline(holder).split()[:1] != [tc["busybox"]]:
+            if not pid_alive(holder) or time.monotonic() > deadline:
+                raise RealNodeError(f"real node {self.name}: the namespace holder did not start\n"
+                                    f"{log_tail(self.log_dir / 'holder.log')}")
+            time.sleep(0.02)
+        self.state["mnt_ino"] = _proc_ns(holder, "mnt")
+        ns = [tc["nsenter"], "-t", str(holder), "-m", "--"]
+        script = [
+            # other nodes' network namespaces must not be held by this mount namespace
+            "if grep -q ' /run/netns ' /proc/self/mountinfo; then umount -l /run/netns; fi",
+            "mount -t tmpfs -o mode=0755,size=256m gcu-realnode-run /run",
+            f"mount --bind '{self.var_lib}' /var/lib",
+            f"mount --bind '{self.var_log}' /var/log",
+        ]
+        for key, value in KERNEL_TUNABLES.items():
+            shadow = self.workdir / "sysctl" / key.replace("/", ".")
+            shadow.write_text(value + "\n")
+            script.append(f"mount --bind '{shadow}' /proc/sys/{key}")
+        _run([*ns, "/bin/sh", "-ec", "\n".join(script)], what=f"real node {self.name}: mount namespace setup")
+        self._write_state()
+
+    def _spawn(self, what: str, argv: Sequence[Any], env: Optional[dict] = None) -> None:
+        proc = spawn(argv, self.log_dir / f"{what}.log", detach=self.detach, env=env)
+        self.procs[what], self.pids[what] = proc, proc.pid
+        self.state["pids"] = dict(self.pids)
+        self._write_state()
+
+    # -- containerd
+    def _write_containerd_config(self) -> None:
+        d = self.containerd_dir
+        for sub in ("root", "state", "opt", "conf.d"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        self.containerd_socket.parent.mkdir(parents=True, exist_ok=True)
+        self.state["short_dir"] = str(self.containerd_socket.parent) \
+            if not str(self.containerd_socket).startswith(str(self.workdir)) else None
+        cni = self.workdir / "cni" / "net.d"
+        cni.mkdir(parents=True, exist_ok=True)
+        (cni / "10-gcu-realnode.conflist").write_text(json.dumps({
+            "cniVersion": "0.4.0", "name": "gcu-realnode",
+            "plugins": [
+                {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": self.pod_subnet}]],
+                          "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "/var/lib/cni/networks"}},
+                {"type": "loopback"},
+            ]}, indent=2) + "\n")
+        _, pause_ref = sandbox_image_archive(self.toolchain["busybox"])
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        self.containerd_config.write_text(f"""\
+# containerd of the gcu-stack real node {self.name} (devtools/realnode.py)
+version = 2
+root = "{d / 'root'}"
+state = "{d / 'state'}"
+imports = ["{self.containerd_conf_d}/*.toml"]
+oom_score = 0
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+                    "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = "{self.containerd_socket}"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d / 'opt'}"
+
+[{cri}]
+  sandbox_image = "{pause_ref}"
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [{cri}.containerd]
+    snapshotter = "{self.snapshotter}"
+    default_runtime_name = "runc"
+    [{cri}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [{cri}.cni]
+    bin_dir = "{self.toolchain['cni_dir']}"
+    conf_dir = "{cni}"
+    max_conf_num = 1
+""")
+
+    def _start_containerd(self, deadline: float) -> None:
+        tc = self.toolchain
+        sock = self.containerd_socket
+        sock.unlink(missing_ok=True)
+        env = {**os.environ, "PATH": f"{Path(tc['containerd-shim-runc-v2']).parent}:{Path(tc['runc']).parent}:"
+                                     "/usr/sbin:/usr/bin:/sbin:/bin"}
+        self._spawn("containerd", self.in_node(tc["containerd"], "--config", self.containerd_config), env=env)
+        while True:
+            proc = self.procs["containerd"]
+            if proc.poll() is not None:
+                raise self._fail("containerd", f"exited during startup (exit code {proc.returncode})")
+            if sock.exists() and self.ctr("version", check=False, timeout=10).returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise self._fail("containerd", f"did not answer on {sock} in time")
+            time.sleep(0.1)
+
+    def restart_containerd(self, timeout: float = 60.0) -> float:
+        """Stop and start the node's containerd (what activating a runtime takes: 1.6 has no reload).
+
+        Containers keep running (their shims stay). Returns the seconds it took."""
+        t0 = time.monotonic()
+        pid = self.pids.get("containerd")
+        if pid:
+            kill_pid(pid, proc=self.procs.get("containerd"), timeout=20)
+        self._start_containerd(time.monotonic() + timeout)
+        return time.monotonic() - t0
+
+    def ctr(self, *args: Any, check: bool = True, input: Optional[Union[str, bytes]] = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+        """ctr against the node's containerd, in the CRI's k8s.io namespace."""
+        return _run([self.toolchain["ctr"], "-a", self.containerd_socket, "-n", K8S_NAMESPACE, *args], check=check,
+                    input=input, timeout=timeout, what=f"real node {self.name}: ctr")
+
+    def import_image(self, source: Any, ref: Optional[str] = None, *, timeout: float = 900) -> float:
+        """Import an image into the node's containerd (CRI namespace, unpacked for its snapshotter).
+
+        source: a ``docker save`` archive (path), or a devtools.dockerd.Dockerd or a docker host
+        ("unix:///.../docker.sock"): then ``ref`` is saved from that dockerd and streamed in. Returns the seconds it took. Pods use it with imagePullPolicy Never
+        (or IfNotPresent) under the same reference.
+        """
+        t0 = time.monotonic()
+        importer = [self.toolchain["ctr"], "-a", str(self.containerd_socket), "-n", K8S_NAMESPACE, "images",
+                    "import", "--snapshotter", self.snapshotter]
+        docker_host = source if isinstance(source, str) and source.startswith(("unix://", "tcp://")) else \
+            getattr(source, "host", None) if hasattr(source, "bins") else None
+        if docker_host:
+            if not ref:
+                raise ValueError("import_image(dockerd, ref): name the image to save from the dockerd")
+            docker = source.bins["docker"] if hasattr(source, "bins") else (_exe(["/usr/bin/docker", "docker"]) or "docker")
+            save = subprocess.Popen([docker, "-H", docker_host, "save", ref], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+            imp = subprocess.run([*importer, "-"], stdin=save.stdout, capture_output=True, text=True, timeout=timeout)
+            save.stdout.close()  # type: ignore[union-attr]
+            save_err = save.stderr.read().decode(errors="replace")  # type: ignore[union-attr]
+            if save.wait() != 0:
+                raise RealNodeError(f"real node {self.name}: docker save {ref} failed: {save_err.strip()}")
+        else:
+            path = Path(source)
+            if not path.is_file():
+                raise RealNodeError(f"real node {self.name}: no image archive at {path}")
+            imp = subprocess.run([*importer, str(path)], capture_output=True, text=True, timeout=timeout)
+        if imp.returncode != 0:
+            raise RealNodeError(f"real node {self.name}: importing {ref or source} into {self.containerd_socket} "
+                                f"failed:\n{imp.stderr.strip()}")
+        if ref:
+            names = self.images()
+            if not any(n == ref or n.endswith("/" + ref) or n == f"docker.io/library/{ref}" for n in names):
+                raise RealNodeError(f"real node {self.name}: imported, but {ref} is not among the node's images: {names}")
+        return time.monotonic() - t0
+
+    def images(self) -> list[str]:
+        return self.ctr("images", "ls", "-q").stdout.split()
+
+    # -- kubelet
+    def _write_kubelet_files(self) -> None:
+        kd = self.workdir / "kubelet"
+        kd.mkdir(parents=True, exist_ok=True)
+        u = self.api
+        cluster = {"server": f"https://127.0.0.1:{u.port}",
+                   "certificate-authority-data": base64.b64encode(u.ca_pem()).decode()}
+        if u.cluster.get("insecure-skip-tls-verify"):
+            cluster = {"server": cluster["server"], "insecure-skip-tls-verify": True}
+        if self.ca_cert and self.ca_key:
+            user = self._node_credentials(kd)
+        else:
+            user = {k: v for k, v in u.user.items()}
+            for key in ("client-certificate", "client-key", "token-file"):
+                if user.get(key):
+                    user[key] = u._rel(user[key])
+        kubeconfig = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "node",
+            "clusters": [{"name": "cluster", "cluster": cluster}],
+            "users": [{"name": "node", "user": user}],
+            "contexts": [{"name": "node", "context": {"cluster": "cluster", "user": "node"}}],
+        }
+        (kd / "kubeconfig").write_text(json.dumps(kubeconfig, indent=2))
+        os.chmod(kd / "kubeconfig", 0o600)
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "cgroupDriver": "cgroupfs", "failSwapOn": False, "failCgroupV1": False, "cgroupsPerQOS": False,
+            "enforceNodeAllocatable": [], "localStorageCapacityIsolation": False,
+            "authentication": {"webhook": {"enabled": False}, "anonymous": {"enabled": True}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
+            "port": KUBELET_PORT, "readOnlyPort": 0, "healthzPort": 0, "resolvConf": "",
+            "address": self.node_ip,
+            "clusterDomain": "cluster.local",
+            "registerWithTaints": self.taints,
+            # imported images are all there is (nothing can be pulled): never collect them
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            "evictionHard": {"memory.available": "1Mi"}, "evictionPressureTransitionPeriod": "10s",
+            "serializeImagePulls": False,
+            "volumePluginDir": "/var/lib/kubelet/volume-plugins",
+            "podLogsDir": "/var/log/pods",
+            "rotateCertificates": False, "serverTLSBootstrap": False,
+            "syncFrequency": "10s", "nodeStatusUpdateFrequency": "5s",
+            "shutdownGracePeriod": "0s",
+        }
+        config.update(self.extra_kubelet_config)
+        (kd / "config.json").write_text(json.dumps(config, indent=2))
+
+    def _node_credentials(self, kd: Path) -> dict:
+        """A client certificate for system:node:<name> (group system:nodes) signed by the cluster CA."""
+        openssl = self.toolchain["openssl"]
+        pki = kd / "client"
+        pki.mkdir(exist_ok=True)
+        key, csr, crt, ext = pki / "node.key", pki / "node.csr", pki / "node.crt", pki / "node.ext"
+        for f in (self.ca_cert, self.ca_key):
+            if not f.is_file():  # type: ignore[union-attr]
+                raise RealNodeError(f"real node {self.name}: no CA file at {f} (pass the cluster's ca_cert/ca_key, "
+                                    "or neither to use the kubeconfig's own credentials)")
+        ext.write_text("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+                       "extendedKeyUsage=clientAuth\n")
+        _run([openssl, "req", "-newkey", "rsa:2048", "-nodes", "-sha256", "-keyout", key, "-out", csr,
+              "-subj", f"/O=system:nodes/CN=system:node:{self.name}"], what="node client key")
+        _run([openssl, "x509", "-req", "-in", csr, "-CA", self.ca_cert, "-CAkey", self.ca_key, "-CAcreateserial",
+              "-CAserial", pki / "ca.srl", "-days", "30", "-sha256", "-extfile", ext, "-out", crt],
+             what="node client certificate")
+        os.chmod(key, 0o600)
+        return {"client-certificate": str(crt), "client-key": str(key)}
+
+    def _start_kubelet(self) -> None:
+        kd = self.workdir / "kubelet"
+        node_labels = ",".join(f"{k}={v}" for k, v in self.labels.items() if _kubelet_may_set(k))
+        argv = [self.toolchain["kubelet"], "--config", kd / "config.json", "--kubeconfig", kd / "kubeconfig",
+                "--root-dir", "/var/lib/kubelet", "--cert-dir", "/var/lib/kubelet/pki",
+                "--hostname-override", self.name, "--node-ip", self.node_ip, f"--v={self.kubelet_verbosity}"]
+        if node_labels:
+            argv += ["--node-labels", node_labels]
+        self._spawn("kubelet", self.in_node(*argv))
+
+    def _fail(self, what: str, why: str) -> RealNodeError:
+        log = self.log_dir / f"{what}.log"
+        return RealNodeError(f"real node {self.name}: {what} {why}\n--- last lines of {log} ---\n{log_tail(log, 40)}")
+
+    def _node(self) -> Optional[dict]:
+        try:
+            return self.api.get(f"/api/v1/nodes/{self.name}")
+        except RealNodeError as e:
+            if getattr(e, "status", None) == 404:
+                return None
+            raise
+
+    def _wait_registered(self, deadline: float) -> None:
+        while True:
+            for what in ("kubelet", "containerd"):
+                proc = self.procs.get(what)
+                if proc is not None and proc.poll() is not None:
+                    raise self._fail(what, f"exited (exit code {proc.returncode})")
+            try:
+                if self._node() is not None:
+                    return
+            except Exception:
+                pass
+            if time.monotonic() > deadline:
+                raise self._fail("kubelet", "did not register the Node in time")
+            time.sleep(0.2)
+
+    def _apply_restricted_labels(self) -> None:
+        extra = {k: v for k, v in self.labels.items() if not _kubelet_may_set(k)}
+        if extra:
+            self.api.request("PATCH", f"/api/v1/nodes/{self.name}", {"metadata": {"labels": extra}},
+                             content_type="application/merge-patch+json")
+
+    def _wait_ready(self, deadline: float) -> None:
+        last = None
+        while True:
+            proc = self.procs.get("kubelet")
+            if proc is not None and proc.poll() is not None:
+                raise self._fail("kubelet", f"exited (exit code {proc.returncode})")
+            try:
+                last = self._node()
+                if last is not None and node_ready(last):
+                    return
+            except Exception:
+                pass
+            if time.monotonic() > deadline:
+                conds = ((last or {}).get("status") or {}).get("conditions")
+                raise self._fail("kubelet", f"registered but the Node is not Ready in time (conditions: {conds})")
+            time.sleep(0.2)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        self._wait_ready(time.monotonic() + timeout)
+
+    def allocatable(self) -> dict:
+        return ((self._node() or {}).get("status") or {}).get("allocatable") or {}
+
+    def pod_log(self, namespace: str, pod: str, container: Optional[str] = None) -> str:
+        """A pod container's log, read from the node's /var/log/pods (CRI format stripped to the message)."""
+        base = self.var_log / "pods"
+        dirs = sorted(base.glob(f"{namespace}_{pod}_*"))
+        if not dirs:
+            raise RealNodeError(f"real node {self.name}: no logs for pod {namespace}/{pod} under {base}")
+        cdirs = [d for d in sorted(dirs[-1].iterdir()) if d.is_dir() and (container is None or d.name == container)]
+        if not cdirs:
+            raise RealNodeError(f"real node {self.name}: pod {namespace}/{pod} has no log of container {container}")
+        files = sorted(cdirs[0].glob("*.log"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
+        lines = []
+        for line in (files[-1].read_text(errors="replace").splitlines() if files else []):
+            parts = line.split(" ", 3)
+            lines.append(parts[3] if len(parts) == 4 else line)
+        return "\n".join(lines) + ("\n" if lines else "")
+
+    # ---- stop
+    def stop(self, *, delete_node: Optional[bool] = None) -> list[str]:
+        """Remove everything the node made (see the module docstring); returns what could not be removed."""
+        if delete_node is None:
+            delete_node = self.delete_node_on_stop
+        st = dict(self.state) or {"name": self.name, "netns": self.netns, "link": self.link}
+        st.setdefault("workdir", str(self.workdir))
+        st["pids"] = dict(self.pids)
+        st["kubeconfig"] = str(self.kubeconfig)
+        # the agent first: told to stop, it exits without tearing down (that is done here)
+        agent = self.procs.get("agent")
+        if self._agent_pipe is not None:
+            try:
+                os.write(self._agent_pipe, b"stop\n")
+            except OSError:
+                pass
+            os.close(self._agent_pipe)
+            self._agent_pipe = None
+        if agent is not None:
+            try:
+                agent.wait(10)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+                agent.wait(5)
+        elif self.pids.get("agent") and "devtools.realnode agent" in _cmdline(self.pids["agent"]):
+            kill_pid(self.pids["agent"], timeout=5)
+        problems = teardown(st, delete_node=delete_node,
+                            procs={k: v for k, v in self.procs.items() if k != "agent"},
+                            log=lambda m: print(m, file=sys.stderr))
+        self.procs.clear()
+        self.pids.clear()
+        (self.workdir / "state.json").unlink(missing_ok=True)
+        if self._api is not None:
+            self._api.close()
+            self._api = None
+        return problems
+
+    def leftovers(self) -> dict:
+        st = dict(self.state) or {"name": self.name, "netns": self.netns, "link": self.link}
+        st.setdefault("workdir", str(self.workdir))
+        return leftovers(st)
+
+    # ---- state
+    def _write_state(self) -> None:
+        self.state.update(
+            name=self.name, workdir=str(self.workdir), kubeconfig=str(self.kubeconfig), netns=self.netns,
+            link=self.link, index=self.index, pids=dict(self.pids), socket=str(self.containerd_socket),
+            snapshotter=self.snapshotter, delete_node_on_stop=self.delete_node_on_stop, timings=self.timings,
+            sandbox_image=self.sandbox_image, detach=self.detach,
+        )
+        p = self.workdir / "state.json"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state, indent=2, default=str))
+        tmp.replace(p)
+
+    def summary(self) -> dict:
+        return {"name": self.name, "node_ip": self.node_ip if self.index else None, "netns": self.netns,
+                "containerd_address": str(self.containerd_socket), "containerd_config": str(self.containerd_config),
+                "containerd_conf_d": str(self.containerd_conf_d), "kubelet_root": str(self.kubelet_root),
+                "device_plugin_dir": str(self.device_plugin_dir), "pod_subnet": self.pod_subnet if self.index else None,
+                "logs": str(self.log_dir), "sandbox_image": self.sandbox_image, "timings": self.timings}
+
+
+# --------------------------------------------------------------------------- teardown / leftovers
+
+def _task_ids(st: Mapping) -> set[str]:
+    """Container and sandbox ids of this node's containerd (from its state and root dirs)."""
+    ids: set[str] = set()
+    wd = Path(st.get("workdir", "/nonexistent"))
+    for d in (wd / "containerd" / "state" / "io.containerd.runtime.v2.task" / K8S_NAMESPACE,
+              wd / "containerd" / "root" / "io.containerd.grpc.v1.cri" / "containers",
+              wd / "containerd" / "root" / "io.containerd.grpc.v1.cri" / "sandboxes"):
+        try:
+            ids.update(p.name for p in d.iterdir() if re.fullmatch(r"[0-9a-f]{64}", p.name))
+        except OSError:
+            pass
+    return ids
+
+
+def _container_cgroups(ids: set[str]) -> list[Path]:
+    out = []
+    for root in _cgroup_roots():
+        for parent in ("k8s.io", ""):
+            for i in ids:
+                p = root / parent / i if parent else root / i
+                if p.is_dir():
+                    out.append(p)
+    return out
+
+
+def _node_pids(st: Mapping) -> set[int]:
+    """Every process of the node: in its network or mount namespace, a shim of its containerd (and
+    the descendants of those), or in the cgroup of one of its containers."""
+    net_ino = _ns_inode(f"/run/netns/{st['netns']}") or st.get("net_ino")
+    mnt_ino = st.get("mnt_ino")
+    sock = st.get("socket")
+    me = _ancestors(os.getpid())
+    agent = (st.get("pids") or {}).get("agent")
+    roots: set[int] = set()
+    children: dict[int, list[int]] = {}
+    for pid in _all_pids():
+        ppid = _ppid(pid)
+        if ppid is not None:
+            children.setdefault(ppid, []).append(pid)
+        if pid in me or pid == agent:
+            continue
+        cmd = _cmdline(pid)
+        if sock and f"-address {sock}" in cmd:
+            roots.add(pid)
+        elif (net_ino and _proc_ns(pid, "net") == net_ino) or (mnt_ino and _proc_ns(pid, "mnt") == mnt_ino):
+            # a namespace inode can be reused once the node's namespace is gone: only the node's own
+            # programs count (containers are found as their descendants or by cgroup)
+            if os.path.basename(cmd.split(" ", 1)[0]) in NODE_PROGRAMS:
+                roots.add(pid)
+    out = set()
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in out or pid in me:
+            continue
+        out.add(pid)
+        todo.extend(children.get(pid, ()))
+    for cg in _container_cgroups(_task_ids(st)):
+        try:
+            out.update(int(x) for x in (cg / "cgroup.procs").read_text().split())
+        except OSError:
+            pass
+    return out - me
+
+
+def teardown(st: Mapping, *, delete_node: bool = False, procs: Optional[Mapping[str, subprocess.Popen]] = None,
+             log=print) -> list[str]:
+    """Remove every trace of the node described by `st` (a state dict; name/netns/link suffice for a
+    stale node). Idempotent. Returns what could not be removed."""
+    problems: list[str] = []
+    name, netns, link = st["name"], st["netns"], st.get("link") or link_name(st["name"])
+    pids = dict(st.get("pids") or {})
+    ip = _exe(["/usr/sbin/ip", "/sbin/ip", "ip"]) or "ip"
+    # 1. the kubelet first (it would restart containers), politely
+    kpid = pids.get("kubelet")
+    if kpid and pid_alive(kpid) and "kubelet" in _cmdline(kpid):
+        kill_pid(kpid, proc=(procs or {}).get("kubelet"), timeout=10)
+    # 2. every process of the node, until none is left
+    deadline = time.monotonic() + 30
+    while True:
+        victims = _node_pids(st)
+        if not victims:
+            break
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for proc in (procs or {}).values():
+            try:
+                proc.wait(0.05)
+            except subprocess.TimeoutExpired:
+                pass
+        if time.monotonic() > deadline:
+            problems.append(f"processes still alive: {sorted(victims)}")
+            break
+        time.sleep(0.1)
+    for proc in (procs or {}).values():
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            problems.append(f"process {proc.pid} did not exit")
+    # 3. cgroups of the node's containers (runc removes them when a container is deleted, not when killed)
+    for cg in sorted(_container_cgroups(_task_ids(st)), key=lambda p: -len(p.parts)):
+        for _ in range(50):
+            try:
+                cg.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError as e:
+                if e.errno != errno.EBUSY:
+                    problems.append(f"cgroup {cg}: {e}")
+                    break
+                time.sleep(0.1)
+        else:
+            problems.append(f"cgroup {cg} stays busy")
+    for root in _cgroup_roots():   # the k8s.io parent, when nothing else uses it
+        parent = root / K8S_NAMESPACE
+        if parent.is_dir() and str(root) in (st.get("created_cgroup_parents") or []):
+            try:
+                parent.rmdir()
+            except OSError:
+                pass
+    # 4. mounts on this machine under the node's directories (none expected: they live in the node)
+    wd = st.get("workdir")
+    roots = [p for p in (wd, st.get("short_dir")) if p]
+    for mp in sorted((m for m in _mountpoints() if any(m == r or m.startswith(r.rstrip("/") + "/") for r in roots)),
+                     key=len, reverse=True):
+        r = subprocess.run(["umount", "-l", mp], capture_output=True, text=True)
+        if r.returncode != 0:
+            problems.append(f"umount {mp}: {r.stderr.strip()}")
+    # 5. network: namespace, veth (gone with its peer), route; /run/netns if this node made it
+    if os.path.exists(f"/run/netns/{netns}"):
+        r = subprocess.run([ip, "netns", "delete", netns], capture_output=True, text=True)
+        if r.returncode != 0:
+            problems.append(f"ip netns delete {netns}: {r.stderr.strip()}")
+    for _ in range(50):
+        if subprocess.run([ip, "link", "show", link], capture_output=True).returncode != 0:
+            break
+        subprocess.run([ip, "link", "delete", link], capture_output=True)
+        time.sleep(0.1)
+    else:
+        problems.append(f"interface {link} is still there")
+    if st.get("created_run_netns"):
+        with open(_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if _is_mountpoint("/run/netns") and not os.listdir("/run/netns"):
+                    subprocess.run(["umount", "/run/netns"], capture_output=True)
+                    os.rmdir("/run/netns")
+            except OSError:
+                pass
+    # 6. the short socket directory, the Node object
+    short = st.get("short_dir")
+    if short and os.path.basename(short).startswith("gcurn-"):
+        shutil.rmtree(short, ignore_errors=True)
+    if delete_node and st.get("kubeconfig"):
+        try:
+            api = KubeApi(st["kubeconfig"])
+            try:
+                api.request("DELETE", f"/api/v1/nodes/{name}")
+            finally:
+                api.close()
+        except Exception as e:
+            if getattr(e, "status", None) != 404:
+                log(f"realnode {name}: could not delete the Node object: {e}")
+    if problems:
+        log(f"realnode {name}: teardown left: " + "; ".join(problems))
+    return problems
+
+
+def find_stale(name: str) -> list[str]:
+    """What exists of a node `name` that no running RealNode owns (by its network namespace/veth)."""
+    found = []
+    if os.path.exists(f"/run/netns/{netns_name(name)}"):
+        found.append(f"network namespace {netns_name(name)}")
+    if os.path.exists(f"/sys/class/net/{link_name(name)}"):
+        found.append(f"interface {link_name(name)}")
+    return found
+
+
+def leftovers(st: Mapping) -> dict:
+    """Anything of the node still on this machine: processes, mounts, network namespace, interfaces,
+    cgroups, host paths it must not have created. Empty lists everywhere when it is clean."""
+    wd = st.get("workdir") or ""
+    sock = st.get("socket") or ""
+    me = _ancestors(os.getpid())
+    agent = (st.get("pids") or {}).get("agent")
+    procs = set(_node_pids(st))
+    for pid in _all_pids():
+        cmd = _cmdline(pid)
+        if pid not in me and ((sock and sock in cmd) or (wd and f"{wd}/" in cmd and "devtools.realnode" not in cmd)):
+            procs.add(pid)
+    if agent and pid_alive(agent) and "devtools.realnode" in _cmdline(agent):
+        procs.add(agent)
+    roots = [r for r in (wd, st.get("short_dir")) if r]
+    mounts = [m for m in _mountpoints() if any(m == r or m.startswith(r.rstrip("/") + "/") for r in roots)
+              or m.startswith(f"/run/netns/{st['netns']}")]
+    if st.get("created_run_netns") and _is_mountpoint("/run/netns"):
+        try:
+            if not os.listdir("/run/netns"):
+                mounts.append("/run/netns (made by this node, now empty)")
+        except OSError:
+            pass
+    netns = [n for n in (os.listdir("/run/netns") if os.path.isdir("/run/netns") else []) if n == st["netns"]]
+    link = st.get("link") or link_name(st["name"])
+    links = [link] if os.path.exists(f"/sys/class/net/{link}") else []
+    before = set(st.get("host_paths_before") or HOST_PATHS_KEPT_INSIDE)
+    host_paths = [p for p in HOST_PATHS_KEPT_INSIDE if p not in before and os.path.lexists(p)]
+    return {"processes": sorted(f"{p} {_cmdline(p)[:160]}" for p in procs if pid_alive(p)),
+            "mounts": mounts, "netns": netns, "interfaces": links,
+            "cgroups": [str(c) for c in _container_cgroups(_task_ids(st))], "host_paths": host_paths}
+
+
+# --------------------------------------------------------------------------- agent
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):
+            try:
+                s.shutdown(how)
+            except OSError:
+                pass
+
+
+def _serve(listener: socket.socket, target: tuple[str, int]) -> None:
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        try:
+            upstream = socket.create_connection(target, timeout=10)
+            upstream.settimeout(None)
+        except OSError as e:
+            print(f"forward to {target}: {e}", flush=True)
+            conn.close()
+            continue
+
+        def both(a: socket.socket = conn, b: socket.socket = upstream) -> None:
+            t = threading.Thread(target=_pump, args=(b, a), daemon=True)
+            t.start()
+            _pump(a, b)
+            t.join()
+            a.close()
+            b.close()
+        threading.Thread(target=both, daemon=True).start()
+
+
+def agent_main(state_dir: Path, reap_on_eof: bool) -> int:
+    """Forward the API server into the node; with reap_on_eof, tear the node down when stdin closes
+    without a "stop" line (the Python process that started the node died)."""
+    st = json.loads((state_dir / "state.json").read_text())
+    own_ns = os.open("/proc/self/ns/net", os.O_RDONLY)
+    listeners = []
+    try:
+        _setns(f"/run/netns/{st['netns']}")
+        for host, port, thost, tport in st["forward"]:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, int(port)))
+            s.listen(128)
+            listeners.append((s, (thost, int(tport))))
+    finally:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        if libc.setns(own_ns, _CLONE_NEWNET) != 0:
+            print("cannot return to the machine's network namespace", flush=True)
+            return 1
+        os.close(own_ns)
+    for s, target in listeners:
+        threading.Thread(target=_serve, args=(s, target), daemon=True).start()
+    print(f"forwarding {[f'{h}:{p} -> {th}:{tp}' for h, p, th, tp in st['forward']]} into {st['netns']}", flush=True)
+    (state_dir / "agent.ready").write_text(str(os.getpid()))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if not reap_on_eof:
+        while not stop.is_set():
+            stop.wait(3600)
+        return 0
+    data = b""
+    while not stop.is_set():
+        r, _, _ = select.select([0], [], [], 1.0)
+        if not r:
+            continue
+        chunk = os.read(0, 1024)
+        if not chunk:
+            break
+        data += chunk
+    if b"stop" in data or stop.is_set():
+        return 0
+    print("the process that started the node is gone: tearing the node down", flush=True)
+    try:
+        st = json.loads((state_dir / "state.json").read_text())
+    except OSError:
+        pass
+    st["socket"] = st.get("socket")
+    teardown(st, delete_node=bool(st.get("delete_node_on_stop")), log=lambda m: print(m, flush=True))
+    (state_dir / "state.json").unlink(missing_ok=True)
+    print("teardown done", flush=True)
+    return 0
+
+
+# --------------------------------------------------------------------------- CLI
+
+def _find_ca(kubeconfig: Path) -> tuple[Optional[Path], Optional[Path]]:
+    """devtools.localcluster keeps its CA in <workdir>/pki next to admin.kubeconfig."""
+    pki = kubeconfig.resolve().parent / "pki"
+    if (pki / "ca.crt").is_file() and (pki / "ca.key").is_file():
+        return pki / "ca.crt", pki / "ca.key"
+    return None, None
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m devtools.realnode",
+                                 description="A real kubelet + containerd node in its own namespaces (root only).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="start detached; prints a JSON summary on stdout")
+    up.add_argument("--state-dir", required=True, help="the node's directory (state, configs, logs)")
+    up.add_argument("--kubeconfig", required=True, help="admin kubeconfig of the cluster (loopback API server)")
+    up.add_argument("--name", required=True, help="Node name (unique on this machine)")
+    up.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    up.add_argument("--taint", action="append", default=[], metavar="KEY[=VALUE]:EFFECT")
+    up.add_argument("--ca-cert", help="cluster CA certificate (default: pki/ca.crt next to the kubeconfig, if any)")
+    up.add_argument("--ca-key", help="cluster CA key: the kubelet then gets a system:node:<name> certificate")
+    up.add_argument("--snapshotter", default="native")
+    up.add_argument("--timeout", type=float, default=180.0)
+    imp = sub.add_parser("import-image", help="import images into the node's containerd")
+    imp.add_argument("--state-dir", required=True)
+    src = imp.add_mutually_exclusive_group(required=True)
+    src.add_argument("--docker-host", help="save the images from this dockerd (unix://...)")
+    src.add_argument("--archive", action="append", help="a docker-save archive (repeatable)")
+    imp.add_argument("refs", nargs="*")
+    for name in ("down", "status", "leftovers"):
+        p = sub.add_parser(name)
+        p.add_argument("--state-dir", required=True)
+        if name == "down":
+            p.add_argument("--keep-node-object", action="store_true", help="do not delete the Node from the API")
+    ag = sub.add_parser("agent", help=argparse.SUPPRESS)
+    ag.add_argument("--state-dir", required=True)
+    ag.add_argument("--reap-on-eof", action="store_true")
+    a = ap.parse_args(argv)
+    state_dir = Path(a.state_dir).resolve()
+    has_state = (state_dir / "state.json").exists()
+
+    if a.cmd == "agent":
+        return agent_main(state_dir, a.reap_on_eof)
+    try:
+        if a.cmd == "up":
+            if has_state:
+                old = RealNode.from_state_dir(state_dir)
+                print(f"realnode {old.name}: stale state in {state_dir}, cleaning up first", file=sys.stderr)
+                old.stop()
+            kubeconfig = Path(a.kubeconfig).resolve()
+            ca_cert, ca_key = (Path(a.ca_cert), Path(a.ca_key)) if a.ca_key else _find_ca(kubeconfig)
+            labels = dict(kv.split("=", 1) if "=" in kv else (kv, "") for kv in a.label)
+            node = RealNode(state_dir, a.name, kubeconfig, ca_cert=ca_cert, ca_key=ca_key, labels=labels,
+                            taints=[parse_taint(t) for t in a.taint], snapshotter=a.snapshotter, detach=True)
+            node.start(timeout=a.timeout)
+            print(f"realnode {node.name} Ready in {node.timings.get('ready', 0):.1f}s: node IP {node.node_ip}, "
+                  f"containerd {node.containerd_socket}, logs {node.log_dir}", file=sys.stderr)
+            print(json.dumps(node.summary()))
+            return 0
+        if not has_state:
+            if a.cmd == "status":
+                print(json.dumps({"running": False}))
+                return 3
+            if a.cmd == "leftovers":
+                print(json.dumps({}))
+                return 0
+            print("nothing running", file=sys.stderr)
+            return 0
+        node = RealNode.from_state_dir(state_dir)
+        if a.cmd == "down":
+            problems = node.stop(delete_node=not a.keep_node_object)
+            return 1 if problems else 0
+        if a.cmd == "leftovers":
+            left = node.leftovers()
+            print(json.dumps(left, indent=2))
+            return 1 if any(left.values()) else 0
+        if a.cmd == "import-image":
+            if a.docker_host:
+                for ref in a.refs:
+                    secs = node.import_image(a.docker_host, ref)
+                    print(f"imported {ref} in {secs:.1f}s", file=sys.stderr)
+            else:
+                for archive in a.archive:
+                    secs = node.import_image(archive)
+                    print(f"imported {archive} in {secs:.1f}s", file=sys.stderr)
+            return 0
+        ok = all(pid_alive(node.pids.get(k, 0)) for k in ("containerd", "kubelet", "holder"))
+        st = node.summary()
+        st["running"] = ok
+        try:
+            n = node._node()
+            st["ready"] = bool(n and node_ready(n))
+        except Exception as e:
+            st["ready"] = False
+            st["api_error"] = str(e)
+        print(json.dumps(st, indent=2))
+        return 0 if ok else 3
+    except (ToolchainMissing, ComponentFailed) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2 if isinstance(e, ToolchainMissing) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
