@@ -15,8 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from components import links  # noqa: E402
 from components.chain import stages  # noqa: E402
-from components.stack import AFTER, deployed_components  # noqa: E402
 from components.settings import load_settings  # noqa: E402
 from engine import prepare_stack  # noqa: E402
 from realservers import start_dockerd, stop_dockerd  # noqa: E402
@@ -55,9 +55,9 @@ def measure(count: int) -> float:
 
 def serial_stages() -> None:
     settings = load_settings({"gcu-stack:blueprint": "blueprints/gcu-resource.json"}, ROOT)
-    present = {c.definition.key for c in deployed_components(settings.resource.spec)}
-    components = len(present)
-    ours = stages(AFTER, present | {"gcuNodes"})
+    deployed = {c.definition.key for c in settings.deployed()}
+    components = len(deployed)
+    ours = stages(links.GRAPH, links.present(deployed))
     print(f"serial stages for the default blueprint: {len(ours)} ({' -> '.join('+'.join(s) for s in ours)}),")
     print(f"  the docker-runtime activation runs inside the toolkit stage; gcu-operator: {components} strictly serial")
     print(f"  components plus a docker restart: component stages {len(ours) - 1} vs {components}")

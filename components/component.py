@@ -2,50 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from . import manifests
-from .extras import ExtraContext, extras_for
 from .k8s import declare, resource_info
+from .model import BuildContext, Extras, NodePort, StepContext
 from .resolve import ResolvedComponent
-from .settings import Options
-
-RUNNING = "Running"
-DEPLOYING = "Deploying"
-
-# Builds a step that must follow the workloads before successors may start (the toolkit's
-# docker-runtime activation): given the component and its workloads, returns that
-# resource and whether it is done.
-Activation = Callable[["GcuComponent", list], tuple[pulumi.Resource, pulumi.Output[bool]]]
+from .status import DEPLOYING, RUNNING, is_ready, last_applied, workload_ready
 
 
-def _field(obj: Any, camel: str, snake: str) -> Any:
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj.get(camel, obj.get(snake))
-    return getattr(obj, snake, None)
+@dataclass
+class ComponentArgs:
+    """Everything a component is built from."""
 
-
-def workload_ready(kind: str, status: Any, replicas: Optional[int] = None) -> bool:
-    """Ready from the object's own status: every desired pod updated and ready."""
-    if kind == "DaemonSet":
-        desired = _field(status, "desiredNumberScheduled", "desired_number_scheduled") or 0
-        ready = _field(status, "numberReady", "number_ready") or 0
-        updated = _field(status, "updatedNumberScheduled", "updated_number_scheduled") or 0
-        return ready >= desired and updated >= desired
-    wanted = 1 if replicas is None else replicas
-    ready = _field(status, "readyReplicas", "ready_replicas") or 0
-    updated = _field(status, "updatedReplicas", "updated_replicas") or 0
-    return ready >= wanted and updated >= wanted
-
-
-def release_ready(status: Any) -> bool:
-    return _field(status, "status", "status") == "deployed"
+    resolved: ResolvedComponent
+    context: BuildContext  # what its own builders (extras) may read
+    after: list = field(default_factory=list)  # the predecessors' gate resources
+    namespace: Optional[pulumi.Resource] = None  # the Namespace object, when the stack creates it
+    # For the component's own step (`then`): the stack-wide parts of the step's context.
+    step: Optional[StepContext] = None
 
 
 @dataclass
@@ -57,41 +36,80 @@ class Planned:
     depends_on: list = field(default_factory=list)
 
 
+def node_port(port: Optional[NodePort], settings: Any) -> Optional[int]:
+    """The node port of a Service: the component's setting when it has one, else the fixed port."""
+    if port is None:
+        return None
+    if port.setting is None:
+        return port.default
+    return settings.model_dump(by_alias=True)[port.setting]
+
+
 class GcuComponent(pulumi.ComponentResource):
     """A GCU component: its workloads and every object they need, as children.
 
-    `gate` lists the child resources a successor must wait for; successors take a
-    dependency on these objects directly, not on this component.
+    `gate` lists the child resources a successor must wait for (the workloads, or the
+    component's step); successors take a dependency on these objects directly.
+    `status` is the component's status entry, registered as its output and read by
+    the stack's status.
     """
 
-    def __init__(
-        self,
-        component: ResolvedComponent,
-        *,
-        instance: str,
-        options: Options,
-        after: Sequence[pulumi.Resource],
-        namespace: Optional[pulumi.Resource],
-        opts: pulumi.ResourceOptions,
-        peers: Optional[dict[str, ResolvedComponent]] = None,
-        project_dir: Optional[str] = None,
-        activation: Optional[Activation] = None,
-    ):
-        definition = component.definition
-        super().__init__(f"gcu:components:{definition.type_name}", definition.key, None, opts)
+    def __init__(self, name: str, args: ComponentArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        resolved = args.resolved
+        definition = resolved.definition
+        super().__init__(f"gcu:components:{definition.type_name}", name, None, opts)
         self.key = definition.key
-        self.namespace = component.namespace
-        self.resolved = component
+        self.namespace = resolved.namespace
+        self.resolved = resolved
         self.own_resources: list[dict] = []
-        key = definition.key
-        extras = extras_for(
-            component, ExtraContext(instance=instance, options=options, peers=peers or {}, project_dir=project_dir)
-        )
-        base = [namespace] if namespace is not None else []
+        self._declared: list[pulumi.CustomResource] = []
+        extras = definition.extras(resolved, args.context) if definition.extras else Extras()
+        base = [args.namespace] if args.namespace is not None else []
+        first = list(args.after) + base + self._support(extras, args.context.instance, base)
 
-        support = [Planned(f"{key}-{m['kind'].lower()}", m, base) for m in manifests.rbac_objects(component, instance)]
+        readiness: list[pulumi.Output[bool]] = []
+        self.workloads: list[pulumi.CustomResource] = []
+        for workload in resolved.workloads:
+            suffix = f"-{workload.definition.part}" if workload.definition.part else ""
+            kind = workload.definition.kind
+            manifest = manifests.workload_manifest(resolved, workload, args.context.instance, extras.pod)
+            resource = self._declare(Planned(f"{self.key}-{kind.lower()}{suffix}", manifest, first))
+            self.workloads.append(resource)
+            readiness.append(workload_ready(kind, resource))
+            service = workload.definition.service
+            if service is not None:
+                # After its workload: a Service is ready once it has endpoints, which need ready pods.
+                port = node_port(service.node_port, args.context.settings)
+                manifest = manifests.service_manifest(resolved, workload, args.context.instance, port)
+                self._declare(Planned(f"{self.key}-service{suffix}", manifest, base + [resource]))
+        for release in extras.releases:
+            resource = self._release(release, first)
+            self.workloads.append(resource)
+            readiness.append(resource.status.apply(lambda status: is_ready("Release", status)))
+
+        self.gate: list[pulumi.Resource] = list(self.workloads)
+        done = pulumi.Output.all(*readiness).apply(all)
+        if definition.then is not None and args.step is not None:
+            step = definition.then.declare(replace(args.step, parent=self, after=self.workloads, owner=self))
+            self.gate = [step.resource]
+            done = pulumi.Output.all(done, step.done).apply(all)
+        self.status: pulumi.Output[dict] = pulumi.Output.all(done, last_applied(self._declared)).apply(
+            lambda values: {
+                "name": self.key,
+                "namespace": self.namespace,
+                "status": RUNNING if values[0] else DEPLOYING,
+                "ownResources": self.own_resources,
+                "lastUpdateTime": values[1],
+            }
+        )
+        self.register_outputs({"status": self.status})
+
+    def _support(self, extras: Extras, instance: str, base: list) -> list[pulumi.CustomResource]:
+        """RBAC, config, CRDs and the objects the workloads need first; returns what workloads wait for."""
+        key, resolved = self.key, self.resolved
+        support = [Planned(f"{key}-{m['kind'].lower()}", m, base) for m in manifests.rbac_objects(resolved, instance)]
         if extras.config_files:
-            support.append(Planned(f"{key}-configmap", manifests.config_map(component, instance, extras.config_files), base))
+            support.append(Planned(f"{key}-configmap", manifests.config_map(resolved, instance, extras.config_files), base))
         support += [Planned(f"{key}-{m['kind'].lower()}-{m['metadata']['name']}", m, base) for m in extras.objects]
         declared_support = [self._declare(p) for p in support]
         declared_crds = [self._declare(Planned(f"{key}-crd-{m['spec']['names']['plural']}", m)) for m in extras.crds]
@@ -99,55 +117,20 @@ class GcuComponent(pulumi.ComponentResource):
             self._declare(Planned(f"{key}-{m['kind'].lower()}-{m['metadata']['name']}", m, declared_crds + base))
             for m in extras.custom_resources
         ]
-        first = list(after) + base + declared_support + declared_custom
-
-        readiness: list[pulumi.Output[bool]] = []
-        self.workloads: list[pulumi.CustomResource] = []
-        for workload in component.workloads:
-            suffix = f"-{workload.definition.part}" if workload.definition.part else ""
-            kind = workload.definition.kind
-            manifest = manifests.workload_manifest(component, workload, instance, extras.pod)
-            resource = self._declare(Planned(f"{key}-{kind.lower()}{suffix}", manifest, first))
-            self.workloads.append(resource)
-            readiness.append(self._workload_ready(kind, resource))
-            service = workload.definition.service
-            if service is not None:
-                node_port = service.node_port or (getattr(options, service.node_port_option) if service.node_port_option else None)
-                # After its workload: a Service is ready once it has endpoints, which need ready pods.
-                manifest = manifests.service_manifest(component, workload, instance, node_port)
-                self._declare(Planned(f"{key}-service{suffix}", manifest, base + [resource]))
-
-        for release in extras.releases:
-            resource = self._release(key, release, first)
-            self.workloads.append(resource)
-            readiness.append(resource.status.apply(release_ready))
-
-        self.gate: list[pulumi.Resource] = list(self.workloads)
-        done = pulumi.Output.all(*readiness).apply(all)
-        if activation is not None:
-            step, activated = activation(self, self.workloads)
-            self.gate = [step]
-            done = pulumi.Output.all(done, activated).apply(all)
-        self.status = done.apply(lambda ready: RUNNING if ready else DEPLOYING)
-        self.register_outputs(
-            {
-                "name": component.name,
-                "namespace": component.namespace,
-                "status": self.status,
-                "ownResources": self.own_resources,
-            }
-        )
+        return declared_support + declared_custom
 
     def _declare(self, planned: Planned) -> pulumi.CustomResource:
         self.own_resources.append(resource_info(planned.manifest))
         opts = pulumi.ResourceOptions(parent=self, depends_on=planned.depends_on or None)
-        return declare(planned.logical_name, planned.manifest, opts)
+        resource = declare(planned.logical_name, planned.manifest, opts)
+        self._declared.append(resource)
+        return resource
 
-    def _release(self, key: str, release: dict, depends_on: list) -> k8s.helm.v3.Release:
+    def _release(self, release: dict, depends_on: list) -> k8s.helm.v3.Release:
         self.own_resources.append({"group": "helm.sh", "version": "v3", "kind": "Release", "name": release["name"]})
         repository = release.get("repository")
         return k8s.helm.v3.Release(
-            f"{key}-release",
+            f"{self.key}-release",
             name=release["name"],
             chart=release["chart"],
             version=release.get("version"),
@@ -158,8 +141,3 @@ class GcuComponent(pulumi.ComponentResource):
             timeout=release["timeout"],
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on or None),
         )
-
-    @staticmethod
-    def _workload_ready(kind: str, resource: pulumi.CustomResource) -> pulumi.Output[bool]:
-        replicas = resource.spec.apply(lambda s: _field(s, "replicas", "replicas")) if kind == "Deployment" else None
-        return pulumi.Output.all(resource.status, replicas).apply(lambda args: workload_ready(kind, args[0], args[1]))

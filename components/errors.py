@@ -48,10 +48,7 @@ def _model_at(root: type[BaseModel], loc: Iterable[Any]) -> Optional[type[BaseMo
 
 
 def _allowed_keys(model: type[BaseModel]) -> list[str]:
-    keys = [f.alias or n for n, f in model.model_fields.items()]
-    if model.__name__ == "GcuResourceSpec":
-        keys.append("plugin")
-    return keys
+    return [f.alias or n for n, f in model.model_fields.items()] + list(getattr(model, "extra_keys", ()))
 
 
 def _path(prefix: str, loc: Sequence[Any]) -> str:

@@ -31,10 +31,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from .catalog import DEFAULT_REPOSITORY
+from .catalog import COMPONENTS
 from .errors import BlueprintError
+from .model import ImageDef
+from .names import DEFAULT_REPOSITORY
 from .spec import ImageName, ImageTag, Repository
 
 if TYPE_CHECKING:
@@ -47,59 +49,16 @@ PASSWORD_KEY = "gcu-stack:registryPassword"
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 IMAGES_DIR = PROJECT_DIR / "images"
 COMMON_DIR = IMAGES_DIR / "common"
-RUNTIME_HOST = Path(__file__).resolve().parent / "hoststate" / "runtime_host.py"
 CONTEXT_ROOT = Path(".state") / "image-context"
 PACKAGES_SUBDIR = "packages"
 DEFAULT_TAG = "default"  # what build-component-image.sh tagged its images with
-SEED_BASE = "ubuntu:18.04"  # the seed's build system: "nameID: ubuntu18.04"
 # pulumi-docker's default builder, named so `docker build` in tests matches it (DOCKER_BUILDKIT=1).
 BUILDER = "BuilderBuildKit"
 
-TOPSRIDER_DRIVER_HINT = (
-    "download the TopsRider package and extract it (`chmod +x TopsRider_t2x_*_deb_internal_amd64.run && "
-    "./TopsRider_t2x_*_deb_internal_amd64.run -x`), then copy TopsRider_t2x_*_deb_internal_amd64/driver/* there"
-)
-TOPSCLOUD_HINT = "it ships in the topscloud (or TopsRider) release package; copy it there"
+# The components whose image is built here, by spec key, in catalog order.
+DEFS: dict[str, ImageDef] = {c.key: c.image for c in COMPONENTS if c.image is not None}
+DEFAULT_IMAGES: dict[str, str] = {c.key: c.default_image for c in COMPONENTS if c.image is not None}
 
-
-@dataclass(frozen=True)
-class ImageDef:
-    """How one component's image is made: see images/README.md for the same table."""
-
-    key: str  # spec key, stack-config key and images/<key>/ directory
-    default_image: str
-    package: str  # glob matched in packageDir; exactly one file must match
-    source: str  # where the user gets that package
-    entrypoint: str  # the image's ENTRYPOINT, i.e. what the component's container executes
-    base_image: str = SEED_BASE
-    extra_files: tuple[tuple[str, Path], ...] = ()  # (name in the context, file)
-
-
-IMAGE_DEFS: tuple[ImageDef, ...] = (
-    ImageDef("driver", "gcu-driver", "enflame-x86_64-*.run", TOPSRIDER_DRIVER_HINT, "/usr/local/bin/gcu-driver-entrypoint"),
-    ImageDef(
-        "toolkit",
-        "gcu-runtime",
-        "enflame-container-toolkit_*.tar.gz",
-        TOPSCLOUD_HINT,
-        "/usr/local/bin/gcu-runtime-entrypoint",
-        # runtime_host.py needs Python >= 3.7: ubuntu:18.04 has 3.6.
-        base_image="ubuntu:20.04",
-        extra_files=(("runtime_host.py", RUNTIME_HOST),),
-    ),
-    ImageDef("devicePlugin", "gcu-plugin", "gcu-k8s-plugin_*.tar.gz", TOPSCLOUD_HINT, "/usr/bin/gcu-k8s-plugin"),
-    ImageDef("exporter", "gcu-exporter", "gcu-exporter_*.tar.gz", TOPSCLOUD_HINT, "/usr/bin/gcu-exporter"),
-    ImageDef("gfd", "gcu-gfd", "gcu-feature-discovery_*.tar.gz", TOPSCLOUD_HINT, "/usr/bin/gcu-feature-discovery"),
-    ImageDef(
-        "gcusharePlugin", "gcushare-device-plugin", "gcushare-device-plugin_*.tar.gz", TOPSCLOUD_HINT,
-        "/usr/bin/gcushare-device-plugin",
-    ),
-    ImageDef(
-        "gcushareScheduler", "gcushare-scheduler-extender", "gcushare-scheduler-extender_*.tar.gz", TOPSCLOUD_HINT,
-        "/usr/bin/gcushare-scheduler-extender",
-    ),
-)
-DEFS = {d.key: d for d in IMAGE_DEFS}
 
 class ComponentImage(BaseModel):
     """One component's entry: gcu-operator config.json's build/repo/tag, plus base image and push."""
@@ -111,7 +70,7 @@ class ComponentImage(BaseModel):
     repository: Repository = DEFAULT_REPOSITORY
     image: ImageName = None  # default: the component's image name (gcu-driver, gcu-runtime, ...)
     tag: ImageTag = DEFAULT_TAG
-    base_image: Optional[str] = Field(None, alias="baseImage")  # default: per component, see IMAGE_DEFS
+    base_image: Optional[str] = Field(None, alias="baseImage")  # default: per component (its ImageDef)
     push: bool = False  # false: loaded into the local docker daemon only
 
 
@@ -122,7 +81,7 @@ class RegistryOptions(BaseModel):
     username: Optional[str] = None
 
 
-class ImagesOptions(BaseModel):
+class ImagesBase(BaseModel):
     """`gcu-stack:images`: which component images to build, from which packages, pushed where."""
 
     model_config = ConfigDict(extra="forbid")
@@ -131,18 +90,10 @@ class ImagesOptions(BaseModel):
     # `docker build --network` for RUN steps (e.g. "none" or "host"); unset: docker's default.
     network: Optional[str] = None
     registry: RegistryOptions = Field(default_factory=RegistryOptions)
-    driver: ComponentImage = Field(default_factory=ComponentImage)
-    toolkit: ComponentImage = Field(default_factory=ComponentImage)
-    device_plugin: ComponentImage = Field(default_factory=ComponentImage, alias="devicePlugin")
-    exporter: ComponentImage = Field(default_factory=ComponentImage)
-    gfd: ComponentImage = Field(default_factory=ComponentImage)
-    gcushare_plugin: ComponentImage = Field(default_factory=ComponentImage, alias="gcusharePlugin")
-    gcushare_scheduler: ComponentImage = Field(default_factory=ComponentImage, alias="gcushareScheduler")
 
     def components(self) -> dict[str, ComponentImage]:
-        """Entries by component key, in IMAGE_DEFS order."""
-        by_key = {f.alias or n: getattr(self, n) for n, f in type(self).model_fields.items()}
-        return {key: by_key[key] for key in DEFS}
+        """Entries by component key, in catalog order."""
+        return {key: getattr(self, key) for key in DEFS}
 
     def to_build(self) -> dict[str, ComponentImage]:
         return {key: entry for key, entry in self.components().items() if entry.build}
@@ -150,6 +101,15 @@ class ImagesOptions(BaseModel):
     def package_path(self, project_dir: Path) -> Path:
         path = Path(self.package_dir).expanduser()
         return path if path.is_absolute() else project_dir / path
+
+
+# One entry per component with an image definition, under its spec key.
+ImagesOptions = create_model(
+    "ImagesOptions",
+    __base__=ImagesBase,
+    __doc__=ImagesBase.__doc__,
+    **{key: (ComponentImage, Field(default_factory=ComponentImage, alias=key)) for key in DEFS},
+)
 
 
 @dataclass(frozen=True)
@@ -201,9 +161,8 @@ def find_packages(options: ImagesOptions, project_dir: Path) -> tuple[dict[str, 
     return found, problems
 
 
-def _registry_problems(options: ImagesOptions, password: Optional[str], secret_keys: Collection[str]) -> list[str]:
-    if password and PASSWORD_KEY not in secret_keys:
-        return [f"{PASSWORD_KEY}: is stored in plain text; set it again with `pulumi config set --secret {PASSWORD_KEY} <password>`"]
+def _registry_problems(options: ImagesOptions, password: Optional[str]) -> list[str]:
+    # (A password stored in plain text is refused with every other secret setting: StackSettings.plain_text_secrets.)
     pushing = [key for key, entry in options.to_build().items() if entry.push]
     if pushing and options.registry.username and not password:
         return [
@@ -213,12 +172,10 @@ def _registry_problems(options: ImagesOptions, password: Optional[str], secret_k
     return []
 
 
-def check_images(
-    options: ImagesOptions, password: Optional[str], project_dir: Path, secret_keys: Collection[str]
-) -> dict[str, Path]:
+def check_images(options: ImagesOptions, password: Optional[str], project_dir: Path) -> dict[str, Path]:
     """Every package present and the registry password secret, or BlueprintError naming what is missing and where."""
     found, problems = find_packages(options, project_dir)
-    problems += _registry_problems(options, password, secret_keys)
+    problems += _registry_problems(options, password)
     if problems:
         raise BlueprintError(problems, "stack config")
     return found
@@ -248,11 +205,11 @@ def _sync_file(source: Path, target: Path, *, link: bool) -> None:
     tmp.replace(target)
 
 
-def stage_context(definition: ImageDef, package: Path, root: Path) -> Path:
+def stage_context(key: str, definition: ImageDef, package: Path, root: Path) -> Path:
     """Lay out the build context of one image under `root/<key>/`; files nobody asked for are removed."""
-    context = root / definition.key
+    context = root / key
     wanted: dict[Path, tuple[Path, bool]] = {}
-    for directory in (COMMON_DIR, IMAGES_DIR / definition.key):
+    for directory in (COMMON_DIR, IMAGES_DIR / definition.dockerfile):
         for source in directory.iterdir():
             if source.is_file():
                 wanted[context / source.name] = (source, False)
@@ -274,13 +231,17 @@ def stage_context(definition: ImageDef, package: Path, root: Path) -> Path:
 def build_spec(key: str, options: ImagesOptions, package: Path, project_dir: Path) -> BuildSpec:
     """Stage the context of `key`'s image and describe its build."""
     definition, entry = DEFS[key], options.components()[key]
-    context = stage_context(definition, package, project_dir / CONTEXT_ROOT)
+    context = stage_context(key, definition, package, project_dir / CONTEXT_ROOT)
+    args = {"BASE_IMAGE": entry.base_image or definition.base_image, "PACKAGE": package.name}
+    if definition.dockerfile == "agent":
+        args["BINARY"] = definition.binary
+    args.update(definition.build_args)
     return BuildSpec(
         key=key,
-        image_name=f"{entry.repository}/{entry.image or definition.default_image}:{entry.tag}",
+        image_name=f"{entry.repository}/{entry.image or DEFAULT_IMAGES[key]}:{entry.tag}",
         context=context,
         dockerfile=context / "Dockerfile",
-        args={"BASE_IMAGE": entry.base_image or definition.base_image, "PACKAGE": package.name},
+        args=args,
         network=options.network,
         push=entry.push,
     )

@@ -6,10 +6,10 @@ validated against the Kubernetes OpenAPI schema in tests and read by policies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Optional
 
-from .catalog import DEPLOY_LABEL_PREFIX, OPERANDS_LABEL, ContainerDef, HostMount, RbacDef
+from .model import ContainerDef, PodAdditions, RbacDef
+from .names import DEPLOY_LABEL_PREFIX, OPERANDS_LABEL
 from .resolve import ResolvedComponent, ResolvedContainer, ResolvedWorkload
 
 PART_OF = "gcu-stack"
@@ -21,20 +21,6 @@ TOLERATIONS = (
 )
 # Non-root user for containers that run under Pod Security "restricted".
 RESTRICTED_UID = 1000
-
-
-@dataclass(frozen=True)
-class PodAdditions:
-    """What a component's extras add to its pods (components/extras.py)."""
-
-    env: dict[str, str] = field(default_factory=dict)
-    args: tuple[str, ...] = ()
-    # Only these nodes (by name); empty: every node the selector allows.
-    node_names: tuple[str, ...] = ()
-    secret_name: Optional[str] = None
-    claim_name: Optional[str] = None
-    # Host directories that depend on stack settings (the toolkit's docker paths).
-    mounts: tuple[HostMount, ...] = ()
 
 
 def labels(component: ResolvedComponent, instance: str, name: Optional[str] = None) -> dict[str, str]:

@@ -10,9 +10,8 @@ import pulumi_kubernetes as k8s
 
 from . import checks
 from .errors import BlueprintError
-from .extender import extender_outputs
 from .settings import StackSettings, load_settings, pulumi_config
-from .stack import GcuStack
+from .stack import GcuStack, StackArgs
 from .status import status_outputs
 
 
@@ -30,12 +29,11 @@ def main(project_dir: Optional[Path] = None) -> GcuStack:
     except BlueprintError as error:
         # A clean message for `pulumi preview`, before any resource is declared.
         raise pulumi.RunError(str(error)) from None
-    stack = GcuStack(settings, kubernetes_provider(settings))
-    gcu_nodes = stack.gcu_nodes.nodes if stack.gcu_nodes is not None else []
-    outputs = status_outputs(stack.components, gcu_nodes, settings.resource.metadata.generation)
-    extender = stack.component("gcushareScheduler")
-    if extender is not None:
-        outputs["gcushareSchedulerExtender"] = extender_outputs(extender.resolved, settings.options)
+    resource = settings.resource
+    stack = GcuStack(
+        resource.metadata.name, StackArgs(settings), pulumi.ResourceOptions(providers=[kubernetes_provider(settings)])
+    )
+    outputs = status_outputs([c.status for c in stack.components], stack.outputs(), resource.metadata.generation)
     for name, value in outputs.items():
         pulumi.export(name, value)
     return stack

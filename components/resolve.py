@@ -14,15 +14,8 @@ from typing import Any, Optional
 
 import pulumi
 
-from .catalog import (
-    DEFAULT_PULL_POLICY,
-    DEFAULT_REPOSITORY,
-    DEFAULT_VERSION,
-    GCU_PRESENT_LABEL,
-    ComponentDef,
-    ContainerDef,
-    WorkloadDef,
-)
+from .model import ComponentDef, ContainerDef, WorkloadDef
+from .names import DEFAULT_PULL_POLICY, DEFAULT_REPOSITORY, DEFAULT_VERSION, GCU_PRESENT_LABEL
 from .spec import BaseFields
 
 

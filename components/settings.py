@@ -1,100 +1,33 @@
-"""Stack configuration: the blueprint (file or inline spec) and the stack's own options.
+"""Stack configuration: the blueprint (file or inline spec) and the stack's `gcu-stack:*` settings.
 
-Everything here is validated before the program declares a single resource.
+The core settings are here; each component or step owns the settings it reads (its
+`settings` model, whose aliases are `gcu-stack:` keys). Everything is validated, and
+paths made absolute, before the program declares a single resource.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .catalog import GCUSHARE_EXTENDER_NODE_PORT, NIGHTINGALE_WEB_NODE_PORT
+from .blueprint import GcuResource, deployed_components
 from .errors import BlueprintError, describe
 from .images import ImagesOptions
-from .spec import GcuResource
+from .links import settings_models
+from .resolve import ResolvedComponent
 
 NAMESPACE = "gcu-stack"
 DEFAULT_RESOURCE_NAME = "enflame-gcu-resource"
 
 
-def _absolute(value: str) -> str:
-    if not value.startswith("/"):
-        raise ValueError(f"{value!r} must be an absolute path")
-    return value
-
-
-class GcuNodesOptions(BaseModel):
-    """`gcu-stack:gcuNodes`: which nodes are GCU nodes and how a pre-installed driver shows."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    # Explicit node names, or a label selector; neither: nodes NFD labels with PCI vendor 1e36.
-    names: list[str] = Field(default_factory=list)
-    selector: dict[str, str] = Field(default_factory=dict)
-    # key=value label that marks a node whose GCU driver is installed; "" turns the check off.
-    driver_label: str = Field("enflame.com/gcu.driver.present=true", alias="driverLabel")
-    page_size: int = Field(500, alias="pageSize", ge=1, le=5000)
-
-    @field_validator("driver_label")
-    @classmethod
-    def _key_value(cls, value: str) -> str:
-        if value and "=" not in value:
-            raise ValueError(f"{value!r}: expected key=value, e.g. enflame.com/gcu.driver.present=true")
-        return value
-
-
-class DockerRuntimeOptions(BaseModel):
-    """`gcu-stack:dockerRuntime`: making `enflame` docker's default runtime on GCU nodes."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    # reload: SIGHUP, running containers untouched (default); restart: gcu-operator's
-    # --restart-docker true; none: write only (--restart-docker false).
-    mode: Literal["reload", "restart", "none"] = "reload"
-    transport: Literal["pod", "local"] = "pod"
-    runtime_path: str = Field("/usr/local/enflame/bin/enflame-container-runtime", alias="runtimePath")
-    daemon_json: str = Field("/etc/docker/daemon.json", alias="daemonJson")
-    docker_host: str = Field("unix:///var/run/docker.sock", alias="dockerHost")
-    pid_file: str = Field("/var/run/docker.pid", alias="pidFile")
-    restart_command: list[str] = Field(default_factory=lambda: ["systemctl", "restart", "docker"], alias="restartCommand")
-    timeout_seconds: int = Field(300, alias="timeoutSeconds", ge=10)
-    verify_seconds: float = Field(20.0, alias="verifySeconds", gt=0)
-
-    _paths = field_validator("runtime_path", "daemon_json", "pid_file")(_absolute)
-
-    @field_validator("docker_host")
-    @classmethod
-    def _unix_socket(cls, value: str) -> str:
-        if not value.startswith("unix:///"):
-            raise ValueError(f"{value!r}: only unix:///path sockets are supported")
-        return value
-
-
-class VolcanoChartOptions(BaseModel):
-    """`gcu-stack:volcanoChart`: where Volcano's official Helm chart comes from."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    chart: str = "volcano"
-    repository: str = "https://volcano-sh.github.io/helm-charts"
-    version: str = "1.9.0"
-    # A chart archive (.tgz) for air-gapped clusters, relative to the project directory; wins over repository.
-    path: Optional[str] = None
-    timeout_seconds: int = Field(600, alias="timeoutSeconds", ge=30)
-
-    def resolved_path(self, project_dir: Optional[str]) -> str:
-        path = Path(self.path).expanduser()
-        return str(path if path.is_absolute() or project_dir is None else Path(project_dir) / path)
-
-
 class Options(BaseModel):
-    """Stack settings that are not part of the GcuResource spec (`gcu-stack:<key>`)."""
+    """The stack's own settings (`gcu-stack:<key>`); components and steps add theirs."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -104,19 +37,12 @@ class Options(BaseModel):
     name: Optional[str] = None
     kubeconfig: Optional[str] = None
     kube_context: Optional[str] = Field(None, alias="kubeContext")
-    exporter_service_monitor: bool = Field(False, alias="exporterServiceMonitor")
-    gcu_nodes: GcuNodesOptions = Field(default_factory=GcuNodesOptions, alias="gcuNodes")
-    # Set with `pulumi config set --secret`; required when Nightingale is deployed.
-    nightingale_db_password: Optional[str] = Field(None, alias="nightingaleDbPassword", repr=False)
-    nightingale_web_node_port: int = Field(NIGHTINGALE_WEB_NODE_PORT, alias="nightingaleWebNodePort", ge=30000, le=32767)
-    nightingale_storage: str = Field("10Gi", alias="nightingaleStorage", pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
-    gcushare_scheduler_node_port: int = Field(GCUSHARE_EXTENDER_NODE_PORT, alias="gcushareSchedulerNodePort", ge=30000, le=32767)
-    volcano_chart: VolcanoChartOptions = Field(default_factory=VolcanoChartOptions, alias="volcanoChart")
-    docker_runtime: DockerRuntimeOptions = Field(default_factory=DockerRuntimeOptions, alias="dockerRuntime")
     # Component images to build from images/ (gcu-operator's config.json): components/images.py.
     images: ImagesOptions = Field(default_factory=ImagesOptions, alias="images")
     # Set with `pulumi config set --secret`; the password for images pushed with push: true.
-    registry_password: Optional[str] = Field(None, alias="registryPassword", repr=False)
+    registry_password: Optional[str] = Field(
+        None, alias="registryPassword", repr=False, json_schema_extra={"secret": True}
+    )
 
 
 @dataclass(frozen=True)
@@ -127,6 +53,26 @@ class StackSettings:
     project_dir: Path
     # Config keys set with --secret (e.g. gcu-stack:nightingaleDbPassword).
     secret_keys: frozenset[str] = frozenset()
+    # Each link's own settings, by link key (components/links.py).
+    link_settings: dict[str, BaseModel] = field(default_factory=dict)
+
+    def deployed(self) -> list[ResolvedComponent]:
+        return deployed_components(self.resource.spec)
+
+    def plain_text_secrets(self) -> list[str]:
+        """Settings marked secret that were not set with --secret: they must never sit in the stack file."""
+        problems = []
+        for model in (self.options, *self.link_settings.values()):
+            for name, info in type(model).model_fields.items():
+                key = f"{NAMESPACE}:{info.alias or name}"
+                secret = (info.json_schema_extra or {}).get("secret")
+                if secret and getattr(model, name) and key not in self.secret_keys and key not in problems:
+                    problems.append(key)
+        return [f"{key}: is stored in plain text; set it again with `pulumi config set --secret {key} <value>`" for key in problems]
+
+
+def _aliases(model: type[BaseModel]) -> list[str]:
+    return [f.alias or n for n, f in model.model_fields.items()]
 
 
 def _config_value(raw: Any) -> Any:
@@ -139,8 +85,16 @@ def _config_value(raw: Any) -> Any:
     return raw
 
 
-def _options(config: Mapping[str, Any]) -> Options:
-    known = [f.alias or n for n, f in Options.model_fields.items()]
+def _validate(model: type[BaseModel], values: dict, project_dir: Path) -> tuple[Optional[BaseModel], list[str]]:
+    try:
+        return model.model_validate(values, context={"project_dir": str(project_dir)}), []
+    except ValidationError as error:
+        return None, describe(error, model, f"{NAMESPACE}:")
+
+
+def _options(config: Mapping[str, Any], project_dir: Path) -> tuple[Options, dict]:
+    links = settings_models()
+    known = _aliases(Options) + [a for model in links.values() for a in _aliases(model)]
     problems = []
     values = {}
     for full_key, raw in config.items():
@@ -153,10 +107,15 @@ def _options(config: Mapping[str, Any]) -> Options:
         values[key] = _config_value(raw)
     if problems:
         raise BlueprintError(problems, "stack config")
-    try:
-        return Options.model_validate(values)
-    except ValidationError as error:
-        raise BlueprintError(describe(error, Options, f"{NAMESPACE}:"), "stack config") from None
+    options, problems = _validate(Options, {k: v for k, v in values.items() if k in _aliases(Options)}, project_dir)
+    link_settings = {}
+    for key, model in links.items():
+        found, more = _validate(model, {k: v for k, v in values.items() if k in _aliases(model)}, project_dir)
+        problems += more
+        link_settings[key] = found
+    if problems:
+        raise BlueprintError(problems, "stack config")
+    return options, link_settings
 
 
 def _parse_file(path: Path) -> Any:
@@ -180,7 +139,7 @@ def _parse_file(path: Path) -> Any:
 
 def load_settings(config: Mapping[str, Any], project_dir: Path, secret_keys: frozenset[str] = frozenset()) -> StackSettings:
     """Validate `gcu-stack:*` config (keys → raw values) into settings, or raise BlueprintError."""
-    options = _options({k: v for k, v in config.items() if k.startswith(f"{NAMESPACE}:")})
+    options, link_settings = _options({k: v for k, v in config.items() if k.startswith(f"{NAMESPACE}:")}, project_dir)
     if options.blueprint and options.spec is not None:
         raise BlueprintError(
             [f"{NAMESPACE}:blueprint and {NAMESPACE}:spec are both set: keep one "
@@ -210,7 +169,10 @@ def load_settings(config: Mapping[str, Any], project_dir: Path, secret_keys: fro
         resource = GcuResource.model_validate(document)
     except ValidationError as error:
         raise BlueprintError(describe(error, GcuResource), source) from None
-    return StackSettings(resource=resource, source=source, options=options, project_dir=project_dir, secret_keys=secret_keys)
+    return StackSettings(
+        resource=resource, source=source, options=options, project_dir=project_dir,
+        secret_keys=secret_keys, link_settings=link_settings,
+    )
 
 
 def pulumi_config() -> tuple[dict[str, Any], frozenset[str]]:

@@ -1,41 +1,29 @@
-"""The whole GcuResource: namespaces, GCU-node labels, then every deployed component in chain order."""
+"""The whole GcuResource: namespaces, then every link of the chain (components and steps) in graph order."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import pulumi
 
-from . import catalog, manifests
+from . import links, manifests
 from .chain import nearest_deployed
-from .component import GcuComponent
-from .hoststate.provider import DockerRuntime, GcuNodes
+from .component import ComponentArgs, GcuComponent
 from .images import declare_images, use_built_images
 from .k8s import declare
-from .resolve import ResolvedComponent, resolve
-from .settings import Options, StackSettings
-from .spec import BaseFields, GcuResourceSpec, deployed
+from .model import BuildContext, ClusterAccess, ComponentDef, StepContext, StepResult
+from .resolve import ResolvedComponent
+from .settings import StackSettings
 
 # Namespaces every cluster already has: never created, never deleted by the stack.
 SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
-COMPONENTS: tuple[catalog.ComponentDef, ...] = catalog.ALL
 POD_SECURITY_ORDER = ("restricted", "baseline", "privileged")
-AFTER = {catalog.GCU_NODES: ("nfd",), **{d.key: d.after for d in COMPONENTS}}
 
 
-def component_spec(spec: GcuResourceSpec, key: str) -> Optional[BaseFields]:
-    name = next(n for n, f in GcuResourceSpec.model_fields.items() if (f.alias or n) == key)
-    return getattr(spec, name)
-
-
-def deployed_components(spec: GcuResourceSpec) -> list[ResolvedComponent]:
-    """Resolved components this spec deploys, in chain order."""
-    resolved = []
-    for definition in COMPONENTS:
-        part = component_spec(spec, definition.key)
-        if deployed(part):
-            resolved.append(resolve(definition, part, f"spec.{definition.key}"))
-    return resolved
+@dataclass
+class StackArgs:
+    settings: StackSettings
 
 
 def pod_security_level(component: ResolvedComponent) -> str:
@@ -46,137 +34,122 @@ def pod_security_level(component: ResolvedComponent) -> str:
     return "privileged" if host_access else component.definition.pod_security or "restricted"
 
 
-def cluster_access(options: Options) -> dict:
+def cluster_access(settings: StackSettings) -> ClusterAccess:
+    options = settings.options
     # A kubeconfig given inline is a credential: keep it out of state in plain text.
     kubeconfig = options.kubeconfig
     if kubeconfig and "\n" in kubeconfig:
         kubeconfig = pulumi.Output.secret(kubeconfig)
-    return {"kubeconfig": kubeconfig, "context": options.kube_context}
+    return ClusterAccess(kubeconfig=kubeconfig, context=options.kube_context)
 
 
-def docker_runtime_activation(options: Options, gcu_nodes: GcuNodes, host_provider: pulumi.ProviderResource):
-    """The toolkit's activation step: docker's default runtime on every GCU node."""
-    runtime = options.docker_runtime
-
-    def activate(toolkit: GcuComponent, workloads: list) -> tuple[pulumi.Resource, pulumi.Output[bool]]:
-        if runtime.mode == "none":
-            pulumi.log.warn(
-                "gcu-stack:dockerRuntime.mode is none: daemon.json is written but docker uses the "
-                "enflame runtime only after its next restart; the device plugin may not work until then"
-            )
-        (container,) = toolkit.resolved.containers
-        resource = DockerRuntime(
-            "docker-runtime",
-            {
-                "nodes": gcu_nodes.nodes,
-                "transport": runtime.transport,
-                "mode": runtime.mode,
-                "runtimePath": runtime.runtime_path,
-                "daemonJson": runtime.daemon_json,
-                "dockerHost": runtime.docker_host,
-                "pidFile": runtime.pid_file,
-                "restartCommand": list(runtime.restart_command),
-                "podImage": container.image,
-                "podNamespace": toolkit.namespace,
-                "timeoutSeconds": runtime.timeout_seconds,
-                "verifySeconds": runtime.verify_seconds,
-                **cluster_access(options),
-            },
-            pulumi.ResourceOptions(parent=toolkit, depends_on=workloads, provider=host_provider),
-        )
-        done = resource.active.apply(lambda active: bool(active) or runtime.mode == "none")
-        return resource, done
-
-    return activate
+def scrape_targets(deployed: list[ResolvedComponent]) -> tuple[tuple[str, str, str], ...]:
+    """(job, host:port, path) of every deployed Service that publishes metrics."""
+    return tuple(
+        (f"gcu-{c.definition.key}", f"{w.name}.{c.namespace}.svc:{w.definition.service.port}", w.definition.service.metrics_path)
+        for c in deployed
+        for w in c.workloads
+        if w.definition.service is not None and w.definition.service.metrics_path
+    )
 
 
 class GcuStack(pulumi.ComponentResource):
     """gcu:stack:GcuResource — the stack's counterpart of one GcuResource object."""
 
-    def __init__(self, settings: StackSettings, provider: pulumi.ProviderResource):
-        resource = settings.resource
-        options = settings.options
-        instance = resource.metadata.name
-        super().__init__("gcu:stack:GcuResource", instance, None, pulumi.ResourceOptions(providers=[provider]))
-
-        resolved = deployed_components(resource.spec)
+    def __init__(self, name: str, args: StackArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gcu:stack:GcuResource", name, None, opts)
+        settings = args.settings
+        deployed = settings.deployed()
         # A component whose image is built here runs that build (by digest), not its spec's image.
         images = declare_images(
-            options.images, options.registry_password, settings.project_dir,
-            parent=self, deployed={c.definition.key for c in resolved},
+            settings.options.images, settings.options.registry_password, settings.project_dir,
+            parent=self, deployed={c.definition.key for c in deployed},
         )
-        resolved = use_built_images(resolved, images)
-        namespaces = self._namespaces(resolved, instance)
-        present = {c.definition.key for c in resolved}
-        gates: dict[str, list[pulumi.Resource]] = {}
-        built: list[GcuComponent] = []
-        self.gcu_nodes: Optional[GcuNodes] = None
-        if resolved:
-            present.add(catalog.GCU_NODES)
+        self.deployed = {c.definition.key: c for c in use_built_images(deployed, images)}
+        self._settings = settings
+        self._namespaces = self._declare_namespaces(name)
+        present = links.present(self.deployed)
+        self._step_context = StepContext(
+            parent=self,
+            after=[],
+            settings=None,
+            cluster=cluster_access(settings),
             # An explicit provider for the bundled dynamic resources: the engine configures the
             # default `pulumi-python` provider with the whole stack config and keeps that in
             # state in plain text, secrets included (seen with gcu-stack:nightingaleDbPassword).
-            self.host_provider = pulumi.ProviderResource("pulumi-python", "gcu-hoststate", {}, pulumi.ResourceOptions(parent=self))
-        # Deploy labels only for the node agents whose scheduling honours them.
-        self.node_agents = sorted(c.definition.key for c in resolved if c.definition.gcu_nodes_only)
+            host_provider=pulumi.ProviderResource("pulumi-python", "gcu-hoststate", {}, pulumi.ResourceOptions(parent=self))
+            if present
+            else None,
+            deployed=tuple(self.deployed.values()),
+            results={},
+        )
+        gates: dict[str, list[pulumi.Resource]] = {}
+        self.components: list[GcuComponent] = []
+        self.steps: dict[str, StepResult] = self._step_context.results
+        for key in links.ORDER:
+            if key not in present:
+                continue
+            after = [r for p in nearest_deployed(key, links.GRAPH, present) for r in gates[p]]
+            link = links.LINKS[key]
+            if isinstance(link, ComponentDef):
+                component = self._component(link, after)
+                gates[key] = component.gate
+                self.components.append(component)
+            else:
+                result = link.declare(self._step_context_for(key, after))
+                gates[key] = [result.resource]
+                self.steps[key] = result
+        self.register_outputs({"components": [c.key for c in self.components]})
 
-        def waits_for(key: str) -> list[pulumi.Resource]:
-            return [r for p in nearest_deployed(key, AFTER, present) for r in gates[p]]
+    def _link_settings(self, key: str):
+        return self._settings.link_settings.get(key)
 
-        for component in resolved:
-            key = component.definition.key
-            if key != "nfd" and self.gcu_nodes is None:
-                self.gcu_nodes = self._gcu_nodes(options, waits_for(catalog.GCU_NODES))
-                gates[catalog.GCU_NODES] = [self.gcu_nodes]
-            activation = docker_runtime_activation(options, self.gcu_nodes, self.host_provider) if key == "toolkit" else None
-            instance_component = GcuComponent(
-                component,
-                instance=instance,
-                options=options,
-                peers={c.definition.key: c for c in resolved},
-                project_dir=str(settings.project_dir),
-                after=waits_for(key),
-                namespace=namespaces.get(component.namespace),
-                opts=pulumi.ResourceOptions(parent=self, providers=[provider]),
-                activation=activation,
-            )
-            gates[key] = instance_component.gate
-            built.append(instance_component)
-        if resolved and self.gcu_nodes is None:  # only NFD is deployed
-            self.gcu_nodes = self._gcu_nodes(options, waits_for(catalog.GCU_NODES))
-        self.components = built
-        self.register_outputs({"components": [c.key for c in built]})
-
-    def component(self, key: str) -> Optional[GcuComponent]:
-        return next((c for c in self.components if c.key == key), None)
-
-    def _gcu_nodes(self, options: Options, after: list[pulumi.Resource]) -> GcuNodes:
-        selection = options.gcu_nodes
-        return GcuNodes(
-            "gcu-nodes",
-            components=self.node_agents,
-            names=selection.names,
-            selector=selection.selector,
-            driver_label=selection.driver_label or None,
-            # Without the driver in the spec, every GCU node must already have one (seed FAQ).
-            require_driver="driver" not in self.node_agents,
-            page_size=selection.page_size,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=after or None, provider=self.host_provider),
-            **cluster_access(options),
+    def _step_context_for(self, key: str, after: list) -> StepContext:
+        context = self._step_context
+        return StepContext(
+            parent=self, after=after, settings=self._link_settings(key), cluster=context.cluster,
+            host_provider=context.host_provider, deployed=context.deployed, results=context.results,
         )
 
-    def _namespaces(self, resolved: list[ResolvedComponent], instance: str) -> dict[str, pulumi.Resource]:
+    def _component(self, definition: ComponentDef, after: list) -> GcuComponent:
+        resolved = self.deployed[definition.key]
+        settings = self._link_settings(definition.key)
+        build = BuildContext(
+            instance=self._settings.resource.metadata.name,
+            settings=settings,
+            scrape_targets=scrape_targets(list(self.deployed.values())),
+        )
+        step = self._step_context_for(definition.key, []) if definition.then is not None else None
+        return GcuComponent(
+            definition.key,
+            ComponentArgs(
+                resolved=resolved, context=build, after=after,
+                namespace=self._namespaces.get(resolved.namespace), step=step,
+            ),
+            pulumi.ResourceOptions(parent=self),
+        )
+
+    def outputs(self) -> dict:
+        """Stack outputs the components and steps add besides the status (e.g. the extender's URL)."""
+        found: dict = {}
+        for step in links.STEPS:
+            found.update(dict(step.empty_outputs))
+        for result in self.steps.values():
+            found.update(result.outputs)
+        for component in self.components:
+            definition = component.resolved.definition
+            if definition.outputs is not None:
+                found.update(definition.outputs(component.resolved, self._link_settings(definition.key)))
+        return found
+
+    def _declare_namespaces(self, instance: str) -> dict[str, pulumi.Resource]:
         levels: dict[str, str] = {}
-        for component in resolved:
+        for component in self.deployed.values():
             if component.namespace not in SYSTEM_NAMESPACES:
                 level = pod_security_level(component)
                 current = levels.get(component.namespace, "restricted")
                 levels[component.namespace] = max(current, level, key=POD_SECURITY_ORDER.index)
         return {
-            name: declare(
-                f"namespace-{name}",
-                manifests.namespace(name, level, instance),
-                pulumi.ResourceOptions(parent=self),
-            )
+            name: declare(f"namespace-{name}", manifests.namespace(name, level, instance), pulumi.ResourceOptions(parent=self))
             for name, level in sorted(levels.items())
         }

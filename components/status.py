@@ -1,60 +1,104 @@
-"""Stack outputs in the shape of GcuResource.status, which users already script against."""
+"""Status: each component's readiness from its objects' own status, and the stack outputs in the
+shape of GcuResource.status, which users already script against.
+
+A component computes its entry once (`GcuComponent.status`); `status_outputs` only aggregates.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import pulumi
 
-from .component import DEPLOYING, RUNNING, GcuComponent
+RUNNING = "Running"
+DEPLOYING = "Deploying"
+# The field manager pulumi-kubernetes applies with (server-side apply): "pulumi-kubernetes-<id>".
+PULUMI_MANAGER = "pulumi-kubernetes"
 
 
-def _entry(component: GcuComponent) -> pulumi.Output[dict]:
-    return component.status.apply(
-        lambda status: {
-            "name": component.key,
-            "namespace": component.namespace,
-            "status": status,
-            "ownResources": component.own_resources,
-        }
-    )
+def _field(obj: Any, camel: str, snake: str) -> Any:
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(camel, obj.get(snake))
+    return getattr(obj, snake, None)
 
 
-def _creation_time(component: GcuComponent) -> pulumi.Output[Any]:
-    # Helm releases have no object metadata; their Deployments are the chart's.
-    stamped = [w for w in component.workloads if hasattr(w, "metadata")]
-    return pulumi.Output.all(*[w.metadata.apply(lambda m: getattr(m, "creation_timestamp", None)) for w in stamped])
+def is_ready(kind: str, status: Any, replicas: Optional[int] = None) -> bool:
+    """Ready from the object's own status: every desired pod updated and ready."""
+    if kind == "DaemonSet":
+        desired = _field(status, "desiredNumberScheduled", "desired_number_scheduled") or 0
+        ready = _field(status, "numberReady", "number_ready") or 0
+        updated = _field(status, "updatedNumberScheduled", "updated_number_scheduled") or 0
+        return ready >= desired and updated >= desired
+    if kind == "Release":
+        return _field(status, "status", "status") == "deployed"
+    wanted = 1 if replicas is None else replicas
+    ready = _field(status, "readyReplicas", "ready_replicas") or 0
+    updated = _field(status, "updatedReplicas", "updated_replicas") or 0
+    return ready >= wanted and updated >= wanted
+
+
+def workload_ready(kind: str, resource: pulumi.CustomResource) -> pulumi.Output[bool]:
+    replicas = resource.spec.apply(lambda s: _field(s, "replicas", "replicas")) if kind == "Deployment" else None
+    return pulumi.Output.all(resource.status, replicas).apply(lambda args: is_ready(kind, args[0], args[1]))
+
+
+def _applied_at(metadata: Any) -> Optional[str]:
+    """When gcu-stack last changed this object: its newest server-side apply by pulumi-kubernetes.
+
+    Controllers write status under other managers, and an unchanged `pulumi up` applies
+    nothing, so this moves exactly on a deploy or an upgrade. Without managed fields
+    (an object from an older provider) the creation time is the best there is.
+    """
+    entries = _field(metadata, "managedFields", "managed_fields") or []
+    times = [
+        _field(e, "time", "time")
+        for e in entries
+        if str(_field(e, "manager", "manager") or "").startswith(PULUMI_MANAGER)
+    ]
+    times = [t for t in times if t]
+    if times:
+        return max(times)
+    return _field(metadata, "creationTimestamp", "creation_timestamp")
+
+
+def last_applied(resources: Sequence[pulumi.CustomResource]) -> pulumi.Output[Optional[str]]:
+    """The newest change gcu-stack made to any of these objects."""
+    stamped = [r for r in resources if hasattr(r, "metadata")]
+    times = pulumi.Output.all(*[r.metadata.apply(_applied_at) for r in stamped])
+    return times.apply(lambda values: max((t for t in values if t), default=None))
 
 
 def status_outputs(
-    components: Sequence[GcuComponent], gcu_nodes: pulumi.Input[list], generation: int
+    entries: Sequence[pulumi.Output[dict]], step_outputs: dict[str, Any], generation: int
 ) -> dict[str, pulumi.Output[Any]]:
-    total = len(components)
-    statuses = pulumi.Output.all(*[c.status for c in components])
-    ready = statuses.apply(lambda values: sum(1 for v in values if v == RUNNING))
-    created = pulumi.Output.all(*[_creation_time(c) for c in components]).apply(
-        lambda groups: max((t for group in groups for t in group if t), default=None)
-    )
+    """GcuResource.status from the components' status entries and the steps' outputs."""
+    total = len(entries)
+    statuses = pulumi.Output.all(*entries)
 
-    def condition(args: list) -> dict:
-        ready_count, last_update = args
-        done = ready_count == total
-        pending = total - ready_count
+    def ready_count(values: list[dict]) -> int:
+        return sum(1 for v in values if v["status"] == RUNNING)
+
+    def condition(values: list[dict]) -> dict:
+        ready = ready_count(values)
+        done = ready == total
         return {
             "action": "deploy",
             "status": "success" if done else "deploying",
             "reason": "success" if done else "waiting",
-            "message": "success" if done else f"{pending} of {total} components not ready",
-            "progress": 100 if total == 0 else ready_count * 100 // total,
-            "lastUpdateTime": last_update,
+            "message": "success" if done else f"{total - ready} of {total} components not ready",
+            "progress": 100 if total == 0 else ready * 100 // total,
+            "lastUpdateTime": max((v["lastUpdateTime"] for v in values if v["lastUpdateTime"]), default=None),
         }
 
     return {
-        # A list even before the node resource reports (preview, or a provider that omits it).
-        "clusterGCUNodes": pulumi.Output.from_input(gcu_nodes).apply(lambda nodes: list(nodes or [])),
-        "phase": ready.apply(lambda r: RUNNING if r == total else DEPLOYING),
-        "readyResource": ready.apply(lambda r: f"{r}/{total}"),
-        "resourceStatuses": pulumi.Output.all(*[_entry(c) for c in components]),
-        "conditions": pulumi.Output.all(ready, created).apply(lambda args: [condition(args)]),
+        **step_outputs,
+        "phase": statuses.apply(lambda values: RUNNING if ready_count(values) == total else DEPLOYING),
+        "readyResource": statuses.apply(lambda values: f"{ready_count(values)}/{total}"),
+        "resourceStatuses": statuses.apply(
+            lambda values: [{k: v[k] for k in ("name", "namespace", "status", "ownResources")} for v in values]
+        ),
+        "conditions": statuses.apply(lambda values: [condition(values)]),
         "observedGeneration": pulumi.Output.from_input(generation),
     }

@@ -80,10 +80,17 @@ def write_standins(
     for key in keys:
         path = package_dir / standin_name(key)
         if key == "driver":
-            path.write_bytes(_script(path.name, 'echo "stand-in driver installer: nothing installed"; exit 0', revision, driver_size))
+            # It "loads" the module the way the entrypoint checks it: a version under GCU_SYSFS_ROOT's module dir.
+            installer = (
+                'root=${GCU_SYSFS_ROOT:-/sys}; module=${GCU_DRIVER_MODULE:-enflame}; '
+                'mkdir -p "$root/module/$module" && echo 0 > "$root/module/$module/refcnt" '
+                f'&& echo {STANDIN_VERSION} > "$root/module/$module/version"; '
+                'echo "stand-in driver installer: loaded $module $(cat "$root/module/$module/version")"; exit 0'
+            )
+            path.write_bytes(_script(path.name, installer, revision, driver_size))
             path.chmod(0o755)
         else:
-            binary = Path(DEFS[key].entrypoint).name if key != "toolkit" else "enflame-container-runtime"
+            binary = DEFS[key].binary
             top = path.name.split("_", 1)[0]
             members = {f"{top}/bin/{binary}": _script(binary, 'echo "stand-in: $0 $*"; exec sleep 3600', revision, binary_size)}
             if key == "toolkit":
@@ -103,7 +110,7 @@ def test_options(package_dir: str = "packages", base_image: str = BASE_IMAGE) ->
 def stage(project_dir: Path) -> list[BuildSpec]:
     """Contexts staged under `project_dir` from its packages/: one spec per image."""
     options = test_options()
-    packages = check_images(options, None, project_dir, ())
+    packages = check_images(options, None, project_dir)
     return [build_spec(key, options, packages[key], project_dir) for key in options.to_build()]
 
 

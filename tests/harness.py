@@ -18,6 +18,9 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+# Type tokens of the bundled dynamic resources.
+GCU_NODES = "pulumi-python:dynamic/gcu:GcuNodes"
+DOCKER_RUNTIME = "pulumi-python:dynamic/gcu:DockerRuntime"
 # The seed's default blueprint (shared/seeds/gcu-resource.json), shipped with the project.
 SEED_BLUEPRINT = PROJECT_DIR / "blueprints" / "gcu-resource.json"
 
@@ -49,10 +52,21 @@ class Registration:
 class ClusterMocks(pulumi.runtime.Mocks):
     """A cluster whose workloads become ready; `node_count` GCU nodes run each DaemonSet."""
 
-    def __init__(self, node_count: int = 3, ready: bool = True, dynamic: Optional[Callable[[Any], dict]] = None):
+    def __init__(
+        self,
+        node_count: int = 3,
+        ready: bool = True,
+        dynamic: Optional[Callable[[Any], dict]] = None,
+        applied: Optional[dict[str, str]] = None,
+    ):
         self.node_count = node_count
         self.ready = ready
         self.dynamic = dynamic or self.default_dynamic
+        # When pulumi-kubernetes last applied an object, by logical name (default: the creation day).
+        self.applied = applied or {}
+
+    def applied_at(self, name: str) -> str:
+        return self.applied.get(name, "2026-11-20T00:00:00Z")
 
     @property
     def node_names(self) -> list[str]:
@@ -94,7 +108,15 @@ class ClusterMocks(pulumi.runtime.Mocks):
         if args.typ.startswith("pulumi-python:dynamic") and self.dynamic is not None:
             state.update(self.dynamic(args))
         if isinstance(state.get("metadata"), dict):
-            state["metadata"] = {**state["metadata"], "creationTimestamp": "2026-11-20T00:00:00Z"}
+            state["metadata"] = {
+                **state["metadata"],
+                "creationTimestamp": "2026-11-20T00:00:00Z",
+                # What the API server records: pulumi-kubernetes' own apply, then a controller's status write.
+                "managedFields": [
+                    {"manager": "pulumi-kubernetes-7b2f", "operation": "Apply", "time": self.applied_at(args.name)},
+                    {"manager": "kube-controller-manager", "operation": "Update", "time": "2026-11-22T09:00:00Z", "subresource": "status"},
+                ],
+            }
         return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs):
@@ -133,6 +155,10 @@ class Run:
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.registrations if r.type == type_]
+
+    def single(self, type_: str) -> Registration:
+        (found,) = self.of_type(type_)
+        return found
 
     def k8s(self) -> list[Registration]:
         """Kubernetes objects (Helm releases and the provider are not objects)."""
@@ -191,3 +217,69 @@ def run_program(
         error.registrations = monitor.registrations  # type: ignore[attr-defined]
         raise
     return Run(monitor.registrations, captured)
+
+
+# ---------------------------------------------------------------------------- blueprints for tests
+
+SEED = json.loads(SEED_BLUEPRINT.read_text())
+DELETE = object()  # seed_spec(**{path: DELETE}) removes the key
+PASSWORD = "s3cr3t-Db-pa55"  # Nightingale's database password in tests (secret config)
+
+
+def seed_spec(**changes: Any) -> dict:
+    """The seed's spec with dotted-path changes, e.g. seed_spec(**{"exporter.version": "2.0"})."""
+    spec = json.loads(json.dumps(SEED["spec"]))
+    for path, value in changes.items():
+        node = spec
+        *parents, last = path.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        if value is DELETE:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return spec
+
+
+def full_spec(**changes: Any) -> dict:
+    """The seed with Nightingale, GCU-share (device plugin off) and Volcano turned on."""
+    base = {
+        "nightingale.notDeploy": False,
+        "gcusharePlugin.notDeploy": False,
+        "gcushareScheduler.notDeploy": False,
+        "devicePlugin.notDeploy": True,
+        "volcano.notDeploy": False,
+    }
+    return seed_spec(**{**base, **changes})
+
+
+def run_full(spec: Optional[dict] = None, **config: Any) -> "Run":
+    return run_program(
+        {"spec": spec or full_spec(), "nightingaleDbPassword": PASSWORD, **config},
+        secret_keys=("nightingaleDbPassword",),
+    )
+
+
+def fails(config: dict, *expected: str) -> str:
+    """The program fails with every expected fragment and declares nothing but the stack."""
+    import pytest
+
+    with pytest.raises(pulumi.RunError) as caught:
+        run_program(config)
+    message = str(caught.value)
+    for fragment in expected:
+        assert fragment in message, f"{fragment!r} not in:\n{message}"
+    assert [r.type for r in caught.value.registrations] == ["pulumi:pulumi:Stack"], "declared something before failing"
+    return message
+
+
+def pod_spec(registration: Registration) -> dict:
+    return registration.inputs["spec"]["template"]["spec"]
+
+
+GCU_REPO = "artifact.enflame.cn/galaxy_docker_hub/gcu"
+ENFLAME_REPO = "artifact.enflame.cn/enflame_docker_images/enflame"
+
+
+def daemonsets(run: Run) -> dict[str, Registration]:
+    return {r.k8s_name: r for r in run.k8s() if r.inputs["kind"] == "DaemonSet"}

@@ -147,13 +147,23 @@ def test_2_up_brings_every_component_to_ready(e2e):
         assert node(e2e.api, name)["labels"]["enflame.com/gcu.present"] == "true"
 
 
+def last_update(stack: auto.Stack) -> str:
+    (condition,) = outputs(stack)["conditions"]
+    return condition["lastUpdateTime"]
+
+
 def test_3_second_up_changes_nothing(e2e):
+    before = last_update(e2e.stack)
+    assert before  # the time of the deploy, from the objects' server-side apply records
+    time.sleep(1.1)  # managedFields times have a resolution of one second
     result = e2e.stack.up(on_output=lambda _: None)
     changes = {k: v for k, v in result.summary.resource_changes.items() if k != "same"}
     assert changes == {}, changes
+    assert last_update(e2e.stack) == before  # nothing changed, so neither did the time
 
 
 def test_4_changing_only_the_exporter_version_updates_only_the_exporter(e2e):
+    deployed_at = last_update(e2e.stack)
     before = {(o["kind"], o["metadata"]["name"]): o["metadata"] for kind in ("DaemonSet", "ConfigMap", "ServiceAccount", "ClusterRole", "Service") for o in ours(e2e, kind)}
     spec = json.loads(json.dumps(SEED["spec"]))
     spec["exporter"]["version"] = "2.1.0"
@@ -178,6 +188,7 @@ def test_4_changing_only_the_exporter_version_updates_only_the_exporter(e2e):
     exporter = [d for d in ours(e2e, "DaemonSet") if d["metadata"]["name"] == "enflame-gcu-exporter"][0]
     assert exporter["spec"]["template"]["spec"]["containers"][0]["image"].endswith("/gcu-exporter:2.1.0")
     assert outputs(e2e.stack)["readyResource"] == "5/5"
+    assert last_update(e2e.stack) > deployed_at  # the upgrade is the last change the stack made
 
 
 def test_5_refresh_shows_a_removed_managed_label_and_up_repairs_it(e2e):

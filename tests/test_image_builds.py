@@ -124,9 +124,15 @@ def test_toolkit_entrypoint_installs_the_runtime_activates_it_and_stays_up(build
     stops_promptly(dockerd, container)
 
 
-def test_driver_entrypoint_installs_and_stays_up(builds, dockerd):
-    container = started(dockerd, builds[0]["driver"].image_name)
+def test_driver_entrypoint_installs_and_stays_up(builds, dockerd, tmp_path):
+    # A fake sysfs the stand-in installer "loads" the module into (tests/test_driver_image.py covers upgrades).
+    sysfs = tmp_path / "sys"
+    sysfs.mkdir()
+    image = builds[0]["driver"].image_name
+    container = started(dockerd, image, "-v", f"{sysfs}:/fake-sys", "-e", "GCU_SYSFS_ROOT=/fake-sys")
     wait_for(lambda: "gcu-driver: installed" in dockerd.docker("logs", container).stdout)
+    assert (sysfs / "module" / "enflame" / "version").read_text().strip() == imagebuild.STANDIN_VERSION
+    assert dockerd.docker("exec", container, "/usr/local/bin/gcu-driver-entrypoint", "--check", check=False).returncode == 0
     stops_promptly(dockerd, container)
 
 

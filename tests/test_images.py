@@ -74,7 +74,7 @@ def test_built_component_declares_an_image_and_its_workload_runs_it(project):
     assert image.inputs["build"] == {
         "context": str(context),
         "dockerfile": str(context / "Dockerfile"),
-        "args": {"BASE_IMAGE": "ubuntu:18.04", "PACKAGE": standin_name("exporter")},
+        "args": {"BASE_IMAGE": "ubuntu:18.04", "PACKAGE": standin_name("exporter"), "BINARY": "gcu-exporter"},
         "builderVersion": "BuilderBuildKit",
     }
     staged = sorted(str(p.relative_to(context)) for p in context.rglob("*") if p.is_file())
@@ -193,7 +193,7 @@ def test_config_mistakes_are_named(project, images, fragment):
 
 def test_build_spec_is_what_the_image_resource_gets(project):
     options = ImagesOptions.model_validate({key: {"build": True} for key in DEFS})
-    packages = check_images(options, None, project, ())
+    packages = check_images(options, None, project)
     spec = build_spec("driver", options, packages["driver"], project)
     assert spec.docker_build_argv() == [
         "build", "-f", str(spec.context / "Dockerfile"), "-t", "artifact.enflame.cn/enflame_docker_images/enflame/gcu-driver:default",

@@ -28,9 +28,8 @@ from pulumi_policy import (
 from pulumi_policy import policy as policy_module
 from pulumi_policy.proxy import UNKNOWN_ARRAY_VALUE, UNKNOWN_OBJECT_VALUE, UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
-from conftest import ROOT
-from harness import SEED_BLUEPRINT, run_program
-from test_config import seed_spec
+from harness import PROJECT_DIR as ROOT
+from harness import SEED_BLUEPRINT, run_program, seed_spec
 
 POLICIES_DIR = ROOT / "policies"
 sys.path.insert(0, str(POLICIES_DIR))
@@ -450,10 +449,10 @@ def test_node_ports_declared_pass():
 
 
 def test_node_ports_undeclared_or_random_are_rejected():
-    found = check("allowed-node-ports", service(30940, 30018, None))
+    found = check("allowed-node-ports", service(30940, 30019, None))
     assert len(found) == 2
-    assert "ports[1] opens node port 30018" in found[0] and "`allowedNodePorts`" in found[0]
-    assert "ports[2] gets a random node port. Set nodePort to one of [30940]" in found[1]
+    assert "ports[1] opens node port 30019" in found[0] and "`allowedNodePorts`" in found[0]
+    assert "ports[2] gets a random node port. Set nodePort to one of [30940, 30018, 32766]" in found[1]
     one(check("allowed-node-ports", service(31000, type_="LoadBalancer")), "31000")
 
 
@@ -621,14 +620,8 @@ def policy_resources(run):
     return list(by_urn.values())
 
 
-@pytest.mark.parametrize("config", [
-    {"blueprint": str(SEED_BLUEPRINT)},
-    # The seed with the driver on and the exporter in a namespace of its own.
-    {"spec": seed_spec(**{"driver.notDeploy": False, "exporter.namespace": "gcu-monitoring"})},
-], ids=["seed", "seed-driver-own-namespace"])
-def test_program_objects_have_no_mandatory_violation(config):
-    resources = policy_resources(run_program(config))
-    assert any(r.resource_type == DOCKER_RUNTIME for r in resources)
+def violations(resources) -> dict[str, list[str]]:
+    """Every policy's messages over the program's resources, by policy name (default pack config)."""
     found: dict[str, list[str]] = {}
     for policy in ALL_POLICIES:
         report = lambda message, urn=None, name=policy.name: found.setdefault(name, []).append(message)  # noqa: E731
@@ -637,7 +630,34 @@ def test_program_objects_have_no_mandatory_violation(config):
             continue
         for r in resources:
             policy.validate(ResourceValidationArgs(r.resource_type, r.props, r.urn, r.name, OPTS, None), report)
+    return found
+
+
+@pytest.mark.parametrize("config", [
+    {"blueprint": str(SEED_BLUEPRINT)},
+    # The seed with the driver on and the exporter in a namespace of its own.
+    {"spec": seed_spec(**{"driver.notDeploy": False, "exporter.namespace": "gcu-monitoring"})},
+], ids=["seed", "seed-driver-own-namespace"])
+def test_program_objects_have_no_mandatory_violation(config):
+    resources = policy_resources(run_program(config))
+    assert any(r.resource_type == DOCKER_RUNTIME for r in resources)
+    found = violations(resources)
     mandatory = {name: messages for name, messages in found.items() if POLICY[name].enforcement_level != EnforcementLevel.ADVISORY}
     assert mandatory == {}
     # The seed pins only NFD; every other image floats on `latest`, which is advice outside production.
     assert set(found) == {"no-latest-tag"} and all(":latest" in m for m in found["no-latest-tag"])
+
+
+@pytest.mark.parametrize("plugin", ["devicePlugin", "gcusharePlugin"])
+def test_every_component_with_the_catalog_defaults_passes_the_pack_as_it_ships(plugin):
+    """The pack keeps its own allow-lists (a second opinion), but what the catalog declares by default passes them."""
+    from components.catalog import COMPONENTS
+
+    other = {"devicePlugin": "gcusharePlugin", "gcusharePlugin": "devicePlugin"}[plugin]
+    spec = {c.key: {} for c in COMPONENTS if c.key != other}
+    resources = policy_resources(
+        run_program({"spec": spec, "nightingaleDbPassword": "pw"}, secret_keys=("nightingaleDbPassword",))
+    )
+    found = violations(resources)
+    mandatory = {name: messages for name, messages in found.items() if POLICY[name].enforcement_level != EnforcementLevel.ADVISORY}
+    assert mandatory == {}

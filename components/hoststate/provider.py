@@ -10,6 +10,7 @@ from the resource's own inputs, so the pickled provider carries no state.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
 from typing import Any, Optional
 
 import pulumi
@@ -20,12 +21,49 @@ from .cluster import core_api
 from .node_labels import DEFAULT_DRIVER_LABEL, NodeLabeler, Selection
 from .transports import transport_for
 
-NODE_INPUTS = ("kubeconfig", "context", "components", "names", "selector", "driverLabel", "requireDriver", "pageSize")
+
+@dataclass
+class GcuNodesInputs:
+    """Every input of a GcuNodes resource, under its property name."""
+
+    components: list[str]  # node agents whose deploy labels gcu-stack manages
+    kubeconfig: Any = None  # path or content (a secret Output when content)
+    context: Optional[str] = None
+    names: list[str] = field(default_factory=list)
+    selector: dict[str, str] = field(default_factory=dict)
+    driverLabel: Optional[str] = DEFAULT_DRIVER_LABEL
+    requireDriver: bool = False
+    pageSize: int = 500
+
+
+@dataclass
+class DockerRuntimeInputs:
+    """Every input of a DockerRuntime resource, under its property name."""
+
+    nodes: Any  # the GCU node names (an Output of GcuNodes)
+    transport: str
+    mode: str
+    runtimePath: str
+    daemonJson: str
+    dockerHost: str
+    pidFile: str
+    restartCommand: list[str]
+    podImage: Any
+    podNamespace: str
+    timeoutSeconds: int
+    verifySeconds: float
+    kubeconfig: Any = None
+    context: Optional[str] = None
+
+
+def as_props(inputs: Any) -> dict:
+    """An inputs dataclass as resource properties (not dataclasses.asdict: it deep-copies Outputs)."""
+    return {f.name: getattr(inputs, f.name) for f in fields(inputs)}
+
+
+NODE_INPUTS = tuple(f.name for f in fields(GcuNodesInputs))
 NODE_OUTPUTS = ("nodes", "drivers", "optedOut", "managedLabels", "drift")
-RUNTIME_INPUTS = (
-    "nodes", "transport", "mode", "runtimePath", "daemonJson", "dockerHost", "pidFile",
-    "restartCommand", "podImage", "podNamespace", "kubeconfig", "context", "timeoutSeconds", "verifySeconds",
-)
+RUNTIME_INPUTS = tuple(f.name for f in fields(DockerRuntimeInputs))
 RUNTIME_OUTPUTS = ("hosts", "active", "message", "drift")
 
 
@@ -108,39 +146,23 @@ class GcuNodesProvider(ResourceProvider):
         _labeler(props).remove_all()
 
 
-class GcuNodes(pulumi.dynamic.Resource, module="gcu", name="GcuNodes"):
-    nodes: pulumi.Output[list]
-    drivers: pulumi.Output[dict]
-    optedOut: pulumi.Output[list]
-    managedLabels: pulumi.Output[dict]
-    drift: pulumi.Output[list]
+class _Bundled(pulumi.dynamic.Resource):
+    """A bundled dynamic resource: its inputs dataclass as properties, its outputs unknown until the provider reports.
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        components: list[str],
-        kubeconfig: Optional[pulumi.Input[str]] = None,
-        context: Optional[str] = None,
-        names: Optional[list[str]] = None,
-        selector: Optional[dict[str, str]] = None,
-        driver_label: Optional[str] = DEFAULT_DRIVER_LABEL,
-        require_driver: bool = False,
-        page_size: int = 500,
-        opts: Optional[pulumi.ResourceOptions] = None,
-    ):
-        props = {
-            "kubeconfig": kubeconfig,
-            "context": context,
-            "components": list(components),
-            "names": list(names or []),
-            "selector": dict(selector or {}),
-            "driverLabel": driver_label,
-            "requireDriver": require_driver,
-            "pageSize": page_size,
-            **{k: None for k in NODE_OUTPUTS},
-        }
-        super().__init__(GcuNodesProvider(), name, props, opts)
+    Every property is an Output attribute of the resource (e.g. `GcuNodes(...).nodes`).
+    """
+
+    PROVIDER: type[ResourceProvider]
+    OUTPUTS: tuple[str, ...]
+
+    def __init__(self, name: str, inputs: Any, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(self.PROVIDER(), name, {**as_props(inputs), **dict.fromkeys(self.OUTPUTS)}, opts)
+
+
+class GcuNodes(_Bundled, module="gcu", name="GcuNodes"):
+    """Outputs (attributes): nodes, drivers, optedOut, managedLabels, drift."""
+
+    PROVIDER, OUTPUTS = GcuNodesProvider, NODE_OUTPUTS
 
 
 # ---------------------------------------------------------------------------- docker runtime
@@ -243,14 +265,7 @@ class DockerRuntimeProvider(ResourceProvider):
             raise RuntimeError("could not restore docker's runtime config on: " + "; ".join(failures))
 
 
-class DockerRuntime(pulumi.dynamic.Resource, module="gcu", name="DockerRuntime"):
-    hosts: pulumi.Output[dict]
-    active: pulumi.Output[bool]
-    message: pulumi.Output[str]
-    drift: pulumi.Output[list]
+class DockerRuntime(_Bundled, module="gcu", name="DockerRuntime"):
+    """Outputs (attributes): hosts, active, message, drift."""
 
-    def __init__(self, name: str, props: dict, opts: Optional[pulumi.ResourceOptions] = None):
-        missing = [k for k in RUNTIME_INPUTS if k not in props]
-        if missing:
-            raise ValueError(f"DockerRuntime {name}: missing inputs {', '.join(missing)}")
-        super().__init__(DockerRuntimeProvider(), name, {**props, **{k: None for k in RUNTIME_OUTPUTS}}, opts)
+    PROVIDER, OUTPUTS = DockerRuntimeProvider, RUNTIME_OUTPUTS

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 RUNTIME_NAME = "enflame"
+# Where the toolkit image installs the enflame container runtime on the host.
+DEFAULT_RUNTIME_PATH = "/usr/local/enflame/bin/enflame-container-runtime"
 DOCKER_DEFAULT_RUNTIME = "runc"
 MODES = ("reload", "restart", "none")
 BACKUP_SUFFIX = ".gcu-stack-backup"
@@ -43,6 +45,8 @@ class ActivationError(Exception):
 
 @dataclass
 class HostSettings:
+    """Where docker's config, socket and pid file are on a host: the defaults every caller uses."""
+
     daemon_json: str = "/etc/docker/daemon.json"
     docker_host: str = "unix:///var/run/docker.sock"
     pid_file: str = "/var/run/docker.pid"
@@ -337,12 +341,15 @@ def restore(host: LocalHost, state: dict, mode: str) -> dict:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    defaults = HostSettings()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=("activate", "restore"))
-    parser.add_argument("--daemon-json", default=os.environ.get("DAEMON_JSON", "/etc/docker/daemon.json"))
-    parser.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"))
-    parser.add_argument("--pid-file", default=os.environ.get("DOCKER_PID_FILE", "/var/run/docker.pid"))
-    parser.add_argument("--restart-command", default=os.environ.get("DOCKER_RESTART_COMMAND", "systemctl restart docker"))
+    parser.add_argument("--daemon-json", default=os.environ.get("DAEMON_JSON", defaults.daemon_json))
+    parser.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST", defaults.docker_host))
+    parser.add_argument("--pid-file", default=os.environ.get("DOCKER_PID_FILE", defaults.pid_file))
+    parser.add_argument(
+        "--restart-command", default=os.environ.get("DOCKER_RESTART_COMMAND", shlex.join(defaults.restart_command))
+    )
     parser.add_argument("--mode", choices=MODES, default=os.environ.get("RUNTIME_ACTIVATION", "reload"))
     parser.add_argument("--runtime-path", default=os.environ.get("ENFLAME_RUNTIME_PATH"))
     parser.add_argument("--state-json", help="restore: the state printed by activate")

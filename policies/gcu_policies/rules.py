@@ -60,7 +60,7 @@ DEFAULT_PRIVILEGED = [
 ]
 
 # Host paths each component may mount (or any path below one): what
-# components/catalog.py mounts, plus the default directories of docker's daemon.json,
+# components/catalog/<component>.py mounts, plus the default directories of docker's daemon.json,
 # socket and pid file for the toolkit and the activation pod (gcu-stack:dockerRuntime;
 # other paths there need `allowedHostPaths`).
 DEFAULT_HOST_PATHS: dict[str, list[str]] = {
@@ -76,7 +76,7 @@ DEFAULT_HOST_PATHS: dict[str, list[str]] = {
 
 PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
 DEFAULT_EXEMPT_NAMESPACES = ["kube-system"]
-# Upstream Volcano's chart pods do not all meet "restricted" (components/catalog.py).
+# Upstream Volcano's chart pods do not all meet "restricted" (components/catalog/volcano.py).
 DEFAULT_NAMESPACE_LEVELS = {"volcano-system": "baseline"}
 
 RBAC_KINDS = ("ClusterRole", "Role")
@@ -98,7 +98,9 @@ DEFAULT_RUNTIME_INDEPENDENT = ["nfd", "driver", "toolkit"]
 
 DEFAULT_SECRET_NAME_PATTERN = r"PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|AUTH_?KEY"
 
-DEFAULT_NODE_PORTS = [30940]  # the exporter's metrics (components/catalog.py EXPORTER_NODE_PORT)
+# The default node ports of the components that have one: the exporter's metrics (fixed), Nightingale's
+# web UI and the GCU-share scheduler extender (gcu-stack:nightingaleWebNodePort, gcushareSchedulerNodePort).
+DEFAULT_NODE_PORTS = [30940, 30018, 32766]
 
 
 def setting(args: Any, key: str, default: Any) -> Any:

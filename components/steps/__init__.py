@@ -1,0 +1,6 @@
+"""Links of the chain that are not components: each declares a bundled (dynamic) resource."""
+
+from .gcu_nodes import GCU_NODES
+
+# Standalone links of the chain (a component's own step is its `then`, in its catalog entry).
+STEPS = (GCU_NODES,)

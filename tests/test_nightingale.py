@@ -1,0 +1,119 @@
+"""Nightingale (components/catalog/nightingale.py)."""
+
+import json
+
+import yaml
+
+from harness import PASSWORD, fails, full_spec, pod_spec, run_full
+from k8s_schema import normalise, validate_all
+
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+
+
+def test_nightingale_objects_have_the_seed_names(full):
+    deployments = {r.k8s_name for r in full.k8s() if r.inputs["kind"] == "Deployment" and r.inputs["metadata"]["namespace"] == "enflame"}
+    assert deployments == {"agentd", "mysql", "nserver", "nwebapi", "prometheus", "redis"}
+    services = {r.k8s_name for r in full.k8s() if r.inputs["kind"] == "Service" and r.inputs["metadata"]["namespace"] == "enflame"}
+    assert services == {"mysql", "nserver", "nwebapi", "prometheus", "redis"}
+    assert full.one("PersistentVolume", "mysql-pv")
+    assert full.one("PersistentVolumeClaim", "mysql-pvc").inputs["spec"]["volumeName"] == "mysql-pv"
+    namespace = full.one("Namespace", "enflame")
+    assert namespace.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    status = next(s for s in full.outputs["resourceStatuses"] if s["name"] == "nightingale")
+    assert status["namespace"] == "enflame"
+    owned = {(o["kind"], o["name"]) for o in status["ownResources"]}
+    assert {("Deployment", "agentd"), ("PersistentVolume", "mysql-pv"), ("PersistentVolumeClaim", "mysql-pvc"), ("Service", "redis")} <= owned
+
+
+def test_nightingale_web_ui_node_port_is_configurable():
+    run = run_full(nightingaleWebNodePort=31080)
+    service = normalise(run.one("Service", "nwebapi").inputs)
+    assert service["spec"]["type"] == "NodePort" and service["spec"]["ports"][0]["nodePort"] == 31080
+    assert normalise(run.one("Service", "mysql").inputs)["spec"]["type"] == "ClusterIP"
+
+
+def test_prometheus_scrapes_the_gcu_exporter(full):
+    config = yaml.safe_load(full.one("ConfigMap", "nightingale-config").inputs["data"]["prometheus.yml"])
+    targets = [t for job in config["scrape_configs"] for c in job["static_configs"] for t in c["targets"]]
+    assert "enflame-gcu-exporter.kube-system.svc:9400" in targets
+    assert "/etc/prometheus" in [m["mountPath"] for m in pod_spec(full.one("Deployment", "prometheus"))["containers"][0]["volumeMounts"]]
+
+
+def test_nightingale_waits_for_the_exporter(full):
+    exporter = full.one("DaemonSet", "enflame-gcu-exporter").urn
+    for name in ("agentd", "mysql", "nserver", "nwebapi", "prometheus", "redis"):
+        assert exporter in full.one("Deployment", name).dependencies
+
+
+def test_readiness_probes_on_nightingale_services(full):
+    for name in ("mysql", "nserver", "nwebapi", "prometheus", "redis"):
+        assert "readinessProbe" in pod_spec(full.one("Deployment", name))["containers"][0]
+
+
+def test_the_password_is_never_plain_text(full):
+    secret = full.one("Secret", "nightingale-db")
+    data = secret.inputs["stringData"]
+    assert data["4dabf18193072939515e22adb298388d"] == SECRET_SIG  # reaches the engine as a Pulumi secret
+    assert data["value"] == {"password": PASSWORD}
+    mysql_env = pod_spec(full.one("Deployment", "mysql"))["containers"][0]["env"]
+    assert {"name": "MYSQL_ROOT_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "nightingale-db", "key": "password"}}} in mysql_env
+
+    def plain(value):
+        """Every string reachable without passing through a secret wrapper."""
+        if isinstance(value, dict):
+            if value.get("4dabf18193072939515e22adb298388d") == SECRET_SIG:
+                return
+            for v in value.values():
+                yield from plain(v)
+        elif isinstance(value, list):
+            for v in value:
+                yield from plain(v)
+        elif isinstance(value, str):
+            yield value
+
+    for registration in full.registrations:
+        assert not [s for s in plain(registration.inputs) if PASSWORD in s], registration.urn
+    assert PASSWORD not in json.dumps(full.outputs)
+
+
+def test_missing_password_names_the_config_key():
+    fails({"spec": full_spec()}, "gcu-stack:nightingaleDbPassword: required", "pulumi config set --secret gcu-stack:nightingaleDbPassword")
+
+
+def test_plain_text_password_is_refused():
+    fails({"spec": full_spec(), "nightingaleDbPassword": PASSWORD}, "gcu-stack:nightingaleDbPassword: is stored in plain text")
+
+
+def test_nightingale_sub_parts_take_their_base_fields():
+    spec = full_spec(
+        **{
+            "nightingale.mysql-deploy": {"image": "mysql", "version": "8.0.36", "repository": "hub.local/db"},
+            "nightingale.redis-deploy": {"name": "cache", "imagePullPolicy": "Always"},
+            "nightingale.mysql-pv": {"name": "n9e-mysql-pv", "hostpath": "/data/n9e/mysql"},
+            "nightingale.mysql-pvc": {"name": "n9e-mysql-pvc"},
+        }
+    )
+    run = run_full(spec)
+    assert pod_spec(run.one("Deployment", "mysql"))["containers"][0]["image"] == "hub.local/db/mysql:8.0.36"
+    redis = pod_spec(run.one("Deployment", "cache"))["containers"][0]
+    assert redis["imagePullPolicy"] == "Always"
+    assert run.one("Service", "cache")
+    assert "REDIS_ADDR" in {e["name"] for e in redis["env"]}
+    assert {e["name"]: e.get("value") for e in redis["env"]}["REDIS_ADDR"] == "cache:6379"
+    assert run.one("PersistentVolume", "n9e-mysql-pv").inputs["spec"]["hostPath"]["path"] == "/data/n9e/mysql"
+    assert run.one("PersistentVolumeClaim", "n9e-mysql-pvc").inputs["spec"]["volumeName"] == "n9e-mysql-pv"
+    claim = pod_spec(run.one("Deployment", "mysql"))["volumes"]
+    assert {"name": "data", "persistentVolumeClaim": {"claimName": "n9e-mysql-pvc"}} in claim
+    validate_all(run)
+
+
+def test_nightingale_first_level_wins_over_sub_parts_as_in_gcu_operator():
+    spec = full_spec(**{"nightingale.namespace": "monitoring", "nightingale.version": "5.9", "nightingale.agentd-deploy": {"version": "6.0", "namespace": "elsewhere"}})
+    run = run_full(spec)
+    agentd = run.one("Deployment", "agentd")
+    assert agentd.inputs["metadata"]["namespace"] == "monitoring"
+    assert pod_spec(agentd)["containers"][0]["image"].endswith("/agentd:5.9")
+
+
+def test_node_port_clash_is_an_error():
+    fails({"spec": full_spec(), "nightingaleWebNodePort": 30940}, "node port 30940 is already used by spec.exporter")
