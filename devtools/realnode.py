@@ -61,6 +61,7 @@ one exists (a killed test run) is cleaned up first, found by its network namespa
 CLI (detached; for ``scripts/gcu-stack``)::
 
     python -m devtools.realnode up --state-dir D --kubeconfig K --name N [--label k=v] [--taint k=v:NoSchedule]
+                                   [--fake-gcus 4]
     python -m devtools.realnode import-image --state-dir D --docker-host unix:///.../docker.sock REF [REF...]
     python -m devtools.realnode status --state-dir D
     python -m devtools.realnode down --state-dir D [--keep-node-object]
@@ -88,6 +89,7 @@ import shutil
 import signal
 import socket
 import ssl
+import stat
 import subprocess
 import sys
 import tarfile
@@ -451,13 +453,17 @@ class RealNode:
       detach: processes outlive this Python process (CLI). Otherwise the kubelet and containerd get SIGKILL
         when it dies, and the node's agent then removes everything else.
       delete_node_on_stop: stop() deletes the Node object.
+      fake_gcus: stand-in GCU hardware: this many character devices gcu0.. (c 1:3, like /dev/null) in
+        /var/lib/kubelet/device-plugins/fake-gcu/ of the node (``fake_gcu_dir`` here), where the stand-in
+        device plugin (devtools/fakegcu) finds them through the DaemonSet's device-plugins mount.
     """
 
     def __init__(self, workdir: Union[str, Path], name: str, kubeconfig: Union[str, Path], *,
                  ca_cert: Optional[Union[str, Path]] = None, ca_key: Optional[Union[str, Path]] = None,
                  labels: Optional[Mapping[str, str]] = None, taints: Sequence[Mapping[str, str]] = (),
                  snapshotter: str = "native", detach: bool = False, delete_node_on_stop: bool = True,
-                 kubelet_verbosity: int = 2, extra_kubelet_config: Optional[Mapping[str, Any]] = None):
+                 fake_gcus: int = 0, kubelet_verbosity: int = 2,
+                 extra_kubelet_config: Optional[Mapping[str, Any]] = None):
         if os.geteuid() != 0:
             raise RealNodeError(f"real node {name}: needs root (network/mount namespaces, mounts, cgroups)")
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,50}[a-z0-9])?", name):
@@ -479,6 +485,7 @@ class RealNode:
         self.delete_node_on_stop = delete_node_on_stop
         self.kubelet_verbosity = kubelet_verbosity
         self.extra_kubelet_config = dict(extra_kubelet_config or {})
+        self.fake_gcus = fake_gcus
         self.netns = netns_name(name)
         self.link = link_name(name)
         self.index: Optional[int] = None
@@ -568,6 +575,24 @@ class RealNode:
         return self.kubelet_root / "device-plugins"
 
     @property
+    def fake_gcu_dir(self) -> Path:
+        """Where the stand-in GCU devices are, seen from this machine (/var/lib/kubelet/device-plugins/fake-gcu
+        inside the node: the stand-in plugin's default device directory)."""
+        return self.device_plugin_dir / "fake-gcu"
+
+    def add_fake_gcus(self, count: int) -> list[Path]:
+        """Create character devices gcu0..gcu<count-1> (c 1:3) in fake_gcu_dir ("the hardware")."""
+        self.fake_gcu_dir.mkdir(parents=True, exist_ok=True)
+        out = []
+        for i in range(count):
+            dev = self.fake_gcu_dir / f"gcu{i}"
+            if not dev.exists():
+                os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+                os.chmod(dev, 0o666)
+            out.append(dev)
+        return out
+
+    @property
     def node_ip(self) -> str:
         return LINK_NET.format(i=self.index, host=2)
 
@@ -622,6 +647,8 @@ class RealNode:
             archive, self.sandbox_image = sandbox_image_archive(tc["busybox"])
             self.import_image(archive)
             self.timings["sandbox-image-import"] = time.monotonic() - t
+            if self.fake_gcus:
+                self.add_fake_gcus(self.fake_gcus)
             self._write_kubelet_files()
             self._start_kubelet()
             self._write_state()
@@ -847,6 +874,22 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         if pid:
             kill_pid(pid, proc=self.procs.get("containerd"), timeout=20)
         self._start_containerd(time.monotonic() + timeout)
+        return time.monotonic() - t0
+
+    def restart_kubelet(self, timeout: float = 120.0) -> float:
+        """Stop and start the kubelet (pods keep running); returns once the Node is Ready again.
+
+        The kubelet removes every socket in its device-plugin directory when it starts, so device
+        plugins must notice and register again. Returns the seconds it took."""
+        t0 = time.monotonic()
+        pid = self.pids.get("kubelet")
+        if pid:
+            kill_pid(pid, proc=self.procs.get("kubelet"), timeout=20)
+        self._start_kubelet()
+        self._write_state()
+        deadline = time.monotonic() + timeout
+        time.sleep(1.0)   # the Node is still Ready from before: give the new kubelet a status update first
+        self._wait_ready(deadline)
         return time.monotonic() - t0
 
     def ctr(self, *args: Any, check: bool = True, input: Optional[Union[str, bytes]] = None,
@@ -1105,7 +1148,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         return {"name": self.name, "node_ip": self.node_ip if self.index else None, "netns": self.netns,
                 "containerd_address": str(self.containerd_socket), "containerd_config": str(self.containerd_config),
                 "containerd_conf_d": str(self.containerd_conf_d), "kubelet_root": str(self.kubelet_root),
-                "device_plugin_dir": str(self.device_plugin_dir), "pod_subnet": self.pod_subnet if self.index else None,
+                "device_plugin_dir": str(self.device_plugin_dir), "fake_gcu_dir": str(self.fake_gcu_dir), "pod_subnet": self.pod_subnet if self.index else None,
                 "logs": str(self.log_dir), "sandbox_image": self.sandbox_image, "timings": self.timings}
 
 
@@ -1444,6 +1487,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     up.add_argument("--taint", action="append", default=[], metavar="KEY[=VALUE]:EFFECT")
     up.add_argument("--ca-cert", help="cluster CA certificate (default: pki/ca.crt next to the kubeconfig, if any)")
     up.add_argument("--ca-key", help="cluster CA key: the kubelet then gets a system:node:<name> certificate")
+    up.add_argument("--fake-gcus", type=int, default=0, metavar="N",
+                    help="stand-in GCU devices for devtools/fakegcu's plugin (in the node's device-plugin dir)")
     up.add_argument("--snapshotter", default="native")
     up.add_argument("--timeout", type=float, default=180.0)
     imp = sub.add_parser("import-image", help="import images into the node's containerd")
@@ -1476,7 +1521,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             ca_cert, ca_key = (Path(a.ca_cert), Path(a.ca_key)) if a.ca_key else _find_ca(kubeconfig)
             labels = dict(kv.split("=", 1) if "=" in kv else (kv, "") for kv in a.label)
             node = RealNode(state_dir, a.name, kubeconfig, ca_cert=ca_cert, ca_key=ca_key, labels=labels,
-                            taints=[parse_taint(t) for t in a.taint], snapshotter=a.snapshotter, detach=True)
+                            taints=[parse_taint(t) for t in a.taint], snapshotter=a.snapshotter, detach=True,
+                            fake_gcus=a.fake_gcus)
             node.start(timeout=a.timeout)
             print(f"realnode {node.name} Ready in {node.timings.get('ready', 0):.1f}s: node IP {node.node_ip}, "
                   f"containerd {node.containerd_socket}, logs {node.log_dir}", file=sys.stderr)

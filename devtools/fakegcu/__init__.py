@@ -139,7 +139,6 @@ def build_device_plugin_image(dockerd, workdir: Path, *, base_image: Optional[st
     (imported into `dockerd` when missing). Returns the image reference, e.g.
     ``artifact.enflame.cn/enflame_docker_images/enflame/gcu-plugin:fake-gcu``.
     """
-    from components.catalog import DEFAULT_REPOSITORY
     from components.images import ImagesOptions, build_spec, check_images
     from devtools import imagebuild
     from devtools.rootfs import import_base_image, rootfs_tarball
@@ -149,12 +148,11 @@ def build_device_plugin_image(dockerd, workdir: Path, *, base_image: Optional[st
         base_image = import_base_image(dockerd, rootfs_tarball(), imagebuild.BASE_IMAGE)
     packages = workdir / "packages"
     write_package(packages / imagebuild.standin_name("devicePlugin"))
-    options = ImagesOptions.model_validate({
-        "packageDir": str(packages), "network": "none",
-        "devicePlugin": {"build": True, "baseImage": base_image, "repository": repository or DEFAULT_REPOSITORY,
-                         "tag": tag},
-    })
-    found = check_images(options, None, workdir, ())
+    entry = {"build": True, "baseImage": base_image, "tag": tag}
+    if repository:   # else the project's default repository for component images
+        entry["repository"] = repository
+    options = ImagesOptions.model_validate({"packageDir": str(packages), "network": "none", "devicePlugin": entry})
+    found = check_images(options, None, workdir)
     spec = build_spec("devicePlugin", options, found["devicePlugin"], workdir)
     imagebuild.docker_build(dockerd, spec)
     return spec.image_name

@@ -6,9 +6,15 @@
 // the DaemonSet's args, the kubelet's device-plugin directory is the host path the
 // DaemonSet mounts (/var/lib/kubelet/device-plugins).
 //
-// The fake devices are real character devices (clones of /dev/null, c 1:3) that it
-// creates in a directory of its own, by default <device-plugin-path>/fake-gcu/, a
-// directory the DaemonSet already mounts and that does not touch the machine's /dev.
+// The fake devices ("the hardware") are real character devices (clones of /dev/null,
+// c 1:3) named gcu0, gcu1, ... in a directory of their own, by default
+// <device-plugin-path>/fake-gcu/: a directory the DaemonSet already mounts (read-write)
+// and that does not touch the machine's /dev. Whoever provides the node creates them
+// (devtools/realnode.py does, as the driver would create /dev/gcu*); the plugin then
+// advertises what it finds. Without --device-count it discovers them (none there: it
+// creates 4, which needs CAP_MKNOD, a capability the project's DaemonSet drops). With
+// --device-count it advertises exactly that many and creates the missing ones when it
+// may; a missing one it cannot create is reported Unhealthy.
 // Allocate answers with one DeviceSpec per device, so the container gets
 // /dev/gcu<N> for each GCU it was given. A device whose file disappears (or stops
 // being a character device) is reported Unhealthy; when it comes back, Healthy.
@@ -28,6 +34,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,7 +53,7 @@ const Version = "0.1.0-gcu-stack-standin"
 // Config is everything the plugin is told, by flags or environment.
 type Config struct {
 	ResourceName  string        // extended resource, e.g. enflame.com/gcu
-	DeviceCount   int           // how many fake GCUs
+	DeviceCount   int           // how many fake GCUs; < 0: as many as the device directory holds
 	PluginDir     string        // the kubelet's device-plugin directory (kubelet.sock lives there)
 	DeviceDir     string        // where this process creates the device nodes
 	HostDeviceDir string        // the same directory as the container runtime sees it (DeviceSpec.HostPath)
@@ -71,13 +78,18 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	fs := flag.NewFlagSet("gcu-k8s-plugin", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := &Config{}
-	count, err := strconv.Atoi(envOr("GCU_FAKE_DEVICE_COUNT", "4"))
-	if err != nil {
-		return nil, fmt.Errorf("GCU_FAKE_DEVICE_COUNT=%q is not a number", os.Getenv("GCU_FAKE_DEVICE_COUNT"))
+	count := -1
+	if v := os.Getenv("GCU_FAKE_DEVICE_COUNT"); v != "" && v != "auto" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("GCU_FAKE_DEVICE_COUNT=%q is not a number of devices (or auto)", v)
+		}
+		count = n
 	}
 	fs.StringVar(&cfg.ResourceName, "resource-name", envOr("GCU_FAKE_RESOURCE_NAME", "enflame.com/gcu"),
 		"extended resource to advertise (env GCU_FAKE_RESOURCE_NAME)")
-	fs.IntVar(&cfg.DeviceCount, "device-count", count, "number of fake GCUs (env GCU_FAKE_DEVICE_COUNT)")
+	fs.IntVar(&cfg.DeviceCount, "device-count", count,
+		"number of fake GCUs (env GCU_FAKE_DEVICE_COUNT); -1: the gcu<N> devices found in --device-dir, or 4 created there if none")
 	fs.StringVar(&cfg.PluginDir, "device-plugin-path", envOr("GCU_FAKE_DEVICE_PLUGIN_PATH", pluginapi.DevicePluginPath),
 		"the kubelet's device-plugin directory, holding kubelet.sock (env GCU_FAKE_DEVICE_PLUGIN_PATH)")
 	fs.StringVar(&cfg.DeviceDir, "device-dir", os.Getenv("GCU_FAKE_DEVICE_DIR"),
@@ -112,8 +124,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	if cfg.DeviceCount < 0 {
-		return nil, fmt.Errorf("--device-count must not be negative, got %d", cfg.DeviceCount)
+	if cfg.DeviceCount < -1 {
+		return nil, fmt.Errorf("--device-count must be a number of devices or -1 (discover), got %d", cfg.DeviceCount)
 	}
 	if cfg.ResourceName == "" || !strings.Contains(cfg.ResourceName, "/") {
 		return nil, fmt.Errorf("--resource-name must look like vendor-domain/resource, got %q", cfg.ResourceName)
@@ -136,11 +148,51 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 // deviceID is the kubelet-facing ID of GCU i; its node is <dir>/gcu<i>.
 func deviceID(i int) string { return "gcu" + strconv.Itoa(i) }
 
-// ensureDevices creates the missing device nodes (c 1:3, mode 0666).
+// DefaultCount is how many devices are created when none are found and no count is given.
+const DefaultCount = 4
+
+var deviceName = regexp.MustCompile(`^gcu([0-9]+)$`)
+
+// discover returns 1 + the highest N of the gcu<N> character devices in dir (0: none).
+func discover(dir string) int {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	count := 0
+	for _, e := range entries {
+		m := deviceName.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat(filepath.Join(dir, e.Name()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
+			continue
+		}
+		if n, _ := strconv.Atoi(m[1]); n+1 > count {
+			count = n + 1
+		}
+	}
+	return count
+}
+
+// ensureDevices settles cfg.DeviceCount (discovering devices when it is < 0) and creates the
+// missing device nodes (c 1:3, mode 0666) where it may; one it may not create stays missing
+// (and Unhealthy).
 func ensureDevices(cfg *Config) error {
 	if err := os.MkdirAll(cfg.DeviceDir, 0o755); err != nil {
 		return fmt.Errorf("cannot create the fake device directory %s: %w", cfg.DeviceDir, err)
 	}
+	if cfg.DeviceCount < 0 {
+		if found := discover(cfg.DeviceDir); found > 0 {
+			log.Printf("found %d fake GCUs in %s", found, cfg.DeviceDir)
+			cfg.DeviceCount = found
+			return nil
+		}
+		cfg.DeviceCount = DefaultCount
+		log.Printf("no gcu<N> devices in %s: creating %d", cfg.DeviceDir, DefaultCount)
+	}
+	created := 0
 	for i := 0; i < cfg.DeviceCount; i++ {
 		path := filepath.Join(cfg.DeviceDir, deviceID(i))
 		var st unix.Stat_t
@@ -151,12 +203,20 @@ func ensureDevices(cfg *Config) error {
 			continue
 		}
 		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("mknod %s (c 1 3) failed: %w (the plugin needs CAP_MKNOD, or create the nodes beforehand)", path, err)
+			if errors.Is(err, unix.EPERM) {
+				log.Printf("cannot create %s (mknod c 1 3: %v; no CAP_MKNOD): it is Unhealthy until the node provides it", path, err)
+				continue
+			}
+			return fmt.Errorf("mknod %s (c 1 3) failed: %w", path, err)
 		}
+		created++
 		// mknod's mode is filtered by the umask.
 		if err := os.Chmod(path, 0o666); err != nil {
 			return err
 		}
+	}
+	if created > 0 {
+		log.Printf("created %d fake GCUs in %s", created, cfg.DeviceDir)
 	}
 	return nil
 }

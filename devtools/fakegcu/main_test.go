@@ -26,7 +26,7 @@ func TestFlagsDefaultsAndEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.DeviceCount != 4 || cfg.PluginDir != "/var/lib/kubelet/device-plugins/" {
+	if cfg.DeviceCount != -1 || cfg.PluginDir != "/var/lib/kubelet/device-plugins/" {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	if cfg.DeviceDir != "/var/lib/kubelet/device-plugins/fake-gcu" || cfg.HostDeviceDir != cfg.DeviceDir {
@@ -60,7 +60,7 @@ func TestHelpGoesToStdoutAndBadInputIsAnError(t *testing.T) {
 		!strings.Contains(out.String(), "-resource-name") {
 		t.Fatalf("--help: err=%v stdout=%q", err, out.String())
 	}
-	for _, args := range [][]string{{"--bogus"}, {"--resource-name=nodomain"}, {"--device-count=-1"}, {"extra"}} {
+	for _, args := range [][]string{{"--bogus"}, {"--resource-name=nodomain"}, {"--device-count=-2"}, {"extra"}} {
 		if _, err := parseFlags(args, &out, &errOut); err == nil || errors.Is(err, flag.ErrHelp) {
 			t.Fatalf("%v: want an error, got %v", args, err)
 		}
@@ -231,6 +231,39 @@ func TestPluginRegistersAllocatesWatchesHealthAndSurvivesKubeletRestart(t *testi
 		t.Fatalf("socket left behind: %v", err)
 	}
 	kubelet.srv.Stop()
+}
+
+func TestDevicesAreDiscoveredOrCreated(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"gcu0", "gcu1", "gcu3"} {
+		if err := unix.Mknod(filepath.Join(dir, n), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+			t.Fatalf("mknod (needs root): %v", err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "gcu9"), []byte("not a device"), 0o644)
+	os.WriteFile(filepath.Join(dir, "README"), []byte("x"), 0o644)
+	cfg := &Config{ResourceName: "enflame.com/gcu", DeviceCount: -1, PluginDir: dir, DeviceDir: dir}
+	if err := ensureDevices(cfg); err != nil {
+		t.Fatal(err)
+	}
+	// gcu0..gcu3 (gcu2 missing: advertised Unhealthy), gcu9 is no device
+	if cfg.DeviceCount != 4 {
+		t.Fatalf("discovered %d devices, want 4", cfg.DeviceCount)
+	}
+	p := NewPlugin(cfg)
+	devs, _ := p.snapshot()
+	if devs[2].Health != "Unhealthy" || devs[3].Health != "Healthy" {
+		t.Fatalf("health: %v", devs)
+	}
+
+	empty := t.TempDir()
+	cfg = &Config{ResourceName: "enflame.com/gcu", DeviceCount: -1, PluginDir: empty, DeviceDir: filepath.Join(empty, "fake-gcu")}
+	if err := ensureDevices(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DeviceCount != DefaultCount || discover(cfg.DeviceDir) != DefaultCount {
+		t.Fatalf("created %d, discover %d; want %d", cfg.DeviceCount, discover(cfg.DeviceDir), DefaultCount)
+	}
 }
 
 func TestAnExistingNonDeviceFileIsRefused(t *testing.T) {

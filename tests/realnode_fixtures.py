@@ -1,0 +1,129 @@
+"""Helpers for tests that run pods on a real node (devtools/realnode.py).
+
+The node and the cluster are real; these only shorten what tests say: apply an object,
+wait for a pod to finish (with the kubelet's log in the error when it does not), render
+the project's own device-plugin DaemonSet (components.manifests, exactly what the stack
+declares) with the image built around the stand-in plugin.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from devtools import log_tail
+
+GCU_RESOURCE = "enflame.com/gcu"
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str, *, interval: float = 0.5,
+               diagnose: Optional[Callable[[], str]] = None) -> Any:
+    """check() until it returns something truthy; on timeout AssertionError naming `what` (+ diagnose())."""
+    deadline = time.monotonic() + timeout
+    last_error = None
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as e:  # the API server or the node may be busy for a moment
+            last_error = e
+        if time.monotonic() > deadline:
+            detail = f"\nlast error: {last_error}" if last_error else ""
+            if diagnose is not None:
+                try:
+                    detail += "\n" + diagnose()
+                except Exception as e:
+                    detail += f"\n(diagnosis failed: {e})"
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+def apply(cluster, obj: Mapping) -> None:
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
+
+def get(cluster, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]:
+    args = ["get", kind, name, "-o", "json"] + (["-n", namespace] if namespace else [])
+    r = cluster.kubectl(*args, check=False)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+def diagnose_pod(cluster, node, namespace: str, name: str) -> Callable[[], str]:
+    def run() -> str:
+        pod = get(cluster, "pod", name, namespace) or {}
+        events = cluster.kubectl("get", "events", "-n", namespace, "--field-selector",
+                                 f"involvedObject.name={name}", check=False).stdout
+        return (f"pod {namespace}/{name} status: {json.dumps(pod.get('status'), indent=1)[:3000]}\n"
+                f"events:\n{events}\n--- kubelet log tail ({node.log_dir / 'kubelet.log'}) ---\n"
+                f"{log_tail(node.log_dir / 'kubelet.log', 30)}")
+    return run
+
+
+def wait_pod_phase(cluster, node, namespace: str, name: str, phases: Sequence[str] = ("Succeeded",),
+                   timeout: float = 120) -> dict:
+    """Wait until the pod reaches one of `phases`; fails early (with details) when it Failed unexpectedly."""
+    def check() -> Optional[dict]:
+        pod = get(cluster, "pod", name, namespace)
+        phase = ((pod or {}).get("status") or {}).get("phase")
+        if phase == "Failed" and "Failed" not in phases:
+            raise AssertionError(f"pod {namespace}/{name} Failed:\n{diagnose_pod(cluster, node, namespace, name)()}")
+        return pod if phase in phases else None
+
+    return wait_until(check, timeout, f"pod {namespace}/{name} to be {'/'.join(phases)} on {node.name}",
+                      diagnose=diagnose_pod(cluster, node, namespace, name))
+
+
+def shell_pod(name: str, image: str, script: str, *, namespace: str = "default", host_network: bool = False,
+              node_name: Optional[str] = None, limits: Optional[Mapping[str, str]] = None,
+              restart: str = "Never") -> dict:
+    """A pod running `sh -c script` from a local image (imagePullPolicy Never)."""
+    container: dict = {"name": "main", "image": image, "imagePullPolicy": "Never", "command": ["/bin/sh", "-c", script]}
+    if limits:
+        container["resources"] = {"limits": dict(limits)}
+    spec: dict = {"restartPolicy": restart, "containers": [container], "terminationGracePeriodSeconds": 1}
+    if host_network:
+        spec["hostNetwork"] = True
+    if node_name:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node_name}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def device_plugin_daemonset(image: str, *, pull_policy: str = "Never", env: Optional[Mapping[str, str]] = None,
+                            instance: str = "realnode-test") -> dict:
+    """The project's devicePlugin DaemonSet (components.manifests), for `image` (repository/name:tag)."""
+    from components import catalog, manifests
+    from components.resolve import resolve
+    from components.spec import BaseFields
+
+    repository, _, rest = image.rpartition("/")
+    name, _, tag = rest.partition(":")
+    spec = {"repository": repository, "image": name, "version": tag or "latest", "imagePullPolicy": pull_policy}
+    if env:
+        spec["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    component = resolve(catalog.DEVICE_PLUGIN, BaseFields.model_validate(spec), "spec.devicePlugin")
+    (workload,) = component.workloads
+    manifest = manifests.workload_manifest(component, workload, instance, manifests.PodAdditions())
+    return termination_log_off_readonly_dev(manifest)
+
+
+def termination_log_off_readonly_dev(manifest: dict) -> dict:
+    """Move the termination log of containers that mount the node's /dev read-only at /dev.
+
+    Found on the real node: the kubelet bind-mounts each container's termination log at
+    /dev/termination-log (the default terminationMessagePath); over a read-only bind of the
+    host's /dev, runc cannot create that mount point and the container never starts
+    ("error mounting ... to rootfs at /dev/termination-log: ... read-only file system").
+    Until components/ sets a terminationMessagePath elsewhere (or mounts the host's /dev
+    elsewhere), tests put it in /tmp; a manifest that already does is returned unchanged.
+    """
+    for container in manifest["spec"]["template"]["spec"]["containers"]:
+        readonly_dev = any(m.get("mountPath") == "/dev" and m.get("readOnly") for m in container.get("volumeMounts") or [])
+        if readonly_dev and container.get("terminationMessagePath", "/dev/termination-log").startswith("/dev/"):
+            container["terminationMessagePath"] = "/tmp/termination-log"
+    return manifest
+
+
+def allocatable_gcus(node) -> int:
+    return int((node.allocatable() or {}).get(GCU_RESOURCE, "0"))

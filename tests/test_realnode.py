@@ -1,0 +1,367 @@
+"""A real kubelet node with stand-in GCUs: devtools/realnode.py and devtools/fakegcu. Never skipped.
+
+One LocalCluster (Kubernetes 1.33, one simulated node next to the real one) and one
+RealNode (kubelet 1.33 + containerd in namespaces of its own, 4 stand-in GCU devices).
+The project's device-plugin image is built with the stand-in plugin as gcu-k8s-plugin
+(images/devicePlugin/Dockerfile on the debootstrap bookworm base), imported into the
+node's containerd and run as the project's own DaemonSet (components.manifests) with
+imagePullPolicy Never. The module ends by stopping the node and checking that nothing
+of it is left on the machine; another test kills the Python process that started a node
+and checks the same.
+
+Times (cluster and node start, image build and import) are printed at the end of the
+module, also without -s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from devtools import fakegcu, imagebuild
+from devtools.localcluster import LocalCluster
+from devtools.realnode import RealNode, RealNodeError, leftovers, link_name, netns_name
+from realnode_fixtures import (GCU_RESOURCE, allocatable_gcus, apply, device_plugin_daemonset, get, shell_pod,
+                               wait_pod_phase, wait_until)
+
+pytestmark = pytest.mark.timeout(1800)
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+NODE = "gcu-real-1"
+GCU_LABELS = {"enflame.com/gcu.present": "true", "feature.node.kubernetes.io/pci-1e36.present": "true"}
+FAKE_GCUS = 4
+TIMES: dict[str, float] = {}
+
+
+def _machine_links() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    started = time.monotonic()
+    # InternalIP first: the API server reaches the real kubelet (logs) at the node's veth address,
+    # the node name does not resolve.
+    with LocalCluster(tmp_path_factory.mktemp("cluster"), nodes=[("cpu-sim-1", {})],
+                      extra_apiserver_args=["--kubelet-preferred-address-types=InternalIP,Hostname"]) as c:
+        TIMES["cluster start"] = time.monotonic() - started
+        yield c
+
+
+@pytest.fixture(scope="module")
+def machine_before():
+    """What the machine looks like before any real node."""
+    return {"links": _machine_links(), "mounts": Path("/proc/self/mountinfo").read_text().count("\n")}
+
+
+@pytest.fixture(scope="module")
+def node(cluster, machine_before, tmp_path_factory):
+    started = time.monotonic()
+    n = RealNode.for_cluster(cluster, tmp_path_factory.mktemp("realnode"), NODE, labels=GCU_LABELS,
+                             fake_gcus=FAKE_GCUS)
+    n.start()
+    TIMES["node start (to Ready)"] = time.monotonic() - started
+    TIMES["  of which sandbox image import"] = n.timings.get("sandbox-image-import", 0)
+    yield n
+    n.stop()   # no-op when test_stop_leaves_nothing_behind already stopped it
+
+
+@pytest.fixture(scope="module")
+def plugin_image(node, tmp_path_factory):
+    """The project's devicePlugin image with the stand-in plugin, imported into the node's containerd."""
+    started = time.monotonic()
+    fakegcu.binary()
+    TIMES["stand-in plugin build (cached after the first)"] = time.monotonic() - started
+    workdir = tmp_path_factory.mktemp("plugin-image")
+    with imagebuild.build_daemon(workdir / "dockerd") as dockerd:
+        started = time.monotonic()
+        image = fakegcu.build_device_plugin_image(dockerd, workdir / "project")
+        TIMES["device-plugin image build (base import + docker build)"] = time.monotonic() - started
+        TIMES["device-plugin image import into the node"] = node.import_image(dockerd, image)
+    return image
+
+
+@pytest.fixture(scope="module")
+def gcu_plugin(cluster, node, plugin_image):
+    """The project's device-plugin DaemonSet running the stand-in; returns the manifest once the node
+    has every fake GCU allocatable."""
+    daemonset = device_plugin_daemonset(plugin_image)
+    started = time.monotonic()
+    apply(cluster, daemonset)
+    wait_until(lambda: allocatable_gcus(node) == FAKE_GCUS, 180,
+               f"{GCU_RESOURCE}: {FAKE_GCUS} in {NODE}'s allocatable",
+               diagnose=lambda: _plugin_diagnosis(cluster, node))
+    TIMES["device-plugin DaemonSet applied -> GCUs allocatable"] = time.monotonic() - started
+    return daemonset
+
+
+def _pod_ip_in(node, pod) -> bool:
+    net = node.pod_subnet.rsplit(".", 1)[0] + "."
+    return pod["status"].get("podIP", "").startswith(net)
+
+
+# --------------------------------------------------------------------------- the stand-in plugin alone
+
+def test_the_plugins_go_unit_tests_pass():
+    out = fakegcu.go_test()
+    assert "--- PASS: TestPluginRegistersAllocatesWatchesHealthAndSurvivesKubeletRestart" in out, out
+
+
+def test_the_plugin_is_a_static_binary_that_answers_help():
+    binary = fakegcu.binary()
+    assert Path(binary).parent.name.startswith("fake-gcu-plugin-")
+    assert b"statically linked" in subprocess.run(["file", binary], capture_output=True).stdout or \
+        b"ld-linux" not in binary.read_bytes()[:4096]
+    answer = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=10)
+    assert answer.returncode == 0 and answer.stdout.startswith("Usage: gcu-k8s-plugin"), answer
+    assert "-resource-name" in answer.stdout and "GCU_FAKE_DEVICE_DIR" in answer.stdout
+    wrong = subprocess.run([str(binary), "--no-such-flag"], capture_output=True, text=True, timeout=10)
+    assert wrong.returncode == 2 and "no-such-flag" in wrong.stderr
+
+
+# --------------------------------------------------------------------------- the node
+
+def test_the_node_registers_ready_with_its_labels(cluster, node):
+    obj = get(cluster, "node", NODE)
+    info = obj["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == "v1.33.4"
+    assert info["containerRuntimeVersion"].startswith("containerd://1.6.")
+    assert {"type": "InternalIP", "address": node.node_ip} in obj["status"]["addresses"]
+    for key, value in GCU_LABELS.items():   # the second one is set through the API: a kubelet may not
+        assert obj["metadata"]["labels"].get(key) == value
+    conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
+    assert conditions["Ready"] == "True", conditions
+    # the simulated node is there too, untouched
+    assert get(cluster, "node", "cpu-sim-1")["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+
+
+def test_the_node_keeps_its_network_and_mounts_to_itself(node, machine_before):
+    # On the machine: one veth end, nothing else (no bridge, no pod veths).
+    assert _machine_links() - machine_before["links"] == {link_name(NODE)}
+    assert netns_name(NODE) in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    # In the node: its veth end with the node IP.
+    inside = subprocess.run(node.in_node("ip", "-o", "-4", "addr", "show"), capture_output=True, text=True,
+                            check=True).stdout
+    assert f"inet {node.node_ip}/30" in inside
+    # The kubelet's mounts (its rshared root dir, pods' volumes) are not in the machine's mount table.
+    mine = Path("/proc/self/mountinfo").read_text()
+    assert str(node.workdir) not in mine and "/var/lib/kubelet" not in mine
+    inside_mounts = subprocess.run(node.in_node("cat", "/proc/self/mountinfo"), capture_output=True, text=True,
+                                   check=True).stdout
+    assert " /var/lib/kubelet " in inside_mounts, "the kubelet's root dir is a mount inside the node"
+    # The machine's /var/lib/kubelet is not the node's (it is not even created).
+    assert not os.path.lexists("/var/lib/kubelet") or "var/lib/kubelet" in node.state.get("host_paths_before", [])
+    # The kernel tunables the kubelet wants are shadowed in the node, the machine's are untouched.
+    for key, wanted in (("kernel/panic_on_oops", "1"), ("vm/overcommit_memory", "1")):
+        seen = subprocess.run(node.in_node("cat", f"/proc/sys/{key}"), capture_output=True, text=True).stdout
+        assert seen.strip() == wanted
+
+
+def test_a_pod_network_pod_gets_a_bridge_ip_and_a_host_network_pod_completes(cluster, node):
+    image = node.sandbox_image   # static busybox, already in the node's containerd
+    apply(cluster, shell_pod("podnet", image, "ip -4 -o addr show eth0; echo routes; ip route; "
+                             "wget -q -O - --no-check-certificate "
+                             "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version; echo; echo done",
+                             node_name=NODE))
+    apply(cluster, shell_pod("hostnet", image, "ip -4 -o addr show; echo done", host_network=True, node_name=NODE))
+    podnet = wait_pod_phase(cluster, node, "default", "podnet")
+    hostnet = wait_pod_phase(cluster, node, "default", "hostnet")
+    assert _pod_ip_in(node, podnet), (podnet["status"].get("podIP"), node.pod_subnet)
+    assert hostnet["status"]["podIP"] == node.node_ip
+    log = node.pod_log("default", "podnet")
+    assert f"inet {podnet['status']['podIP']}/24" in log, log
+    assert '"gitVersion": "v1.33.4"' in log, f"the kubernetes Service is not reachable from the pod:\n{log}"
+    hlog = node.pod_log("default", "hostnet")
+    assert "cni0" in hlog and node.node_ip in hlog, hlog
+    # the API server reaches the kubelet too (kubectl logs)
+    assert "done" in cluster.kubectl("logs", "podnet").stdout
+    # the bridge exists in the node, not on the machine
+    assert "cni0" not in _machine_links()
+    cluster.kubectl("delete", "pod", "podnet", "hostnet", "--wait=true", timeout=120)
+
+
+# --------------------------------------------------------------------------- stand-in GCUs
+
+def test_the_projects_device_plugin_daemonset_advertises_the_fake_gcus(cluster, node, plugin_image, gcu_plugin):
+    devices = sorted(node.fake_gcu_dir.iterdir())
+    assert [d.name for d in devices] == [f"gcu{i}" for i in range(FAKE_GCUS)]
+    for dev in devices:   # the hardware: character devices in the node's own directory
+        st = dev.stat()
+        assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 3)
+    assert not any(Path("/dev").glob("gcu*")), "nothing may appear in the machine's /dev"
+    container = gcu_plugin["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == plugin_image and container["imagePullPolicy"] == "Never"
+    assert container["args"] == [f"--resource-name={GCU_RESOURCE}"]
+    pod = _plugin_pod(cluster)
+    assert pod["status"]["containerStatuses"][0]["ready"], pod["status"]
+    assert f"found {FAKE_GCUS} fake GCUs" in node.pod_log("kube-system", pod["metadata"]["name"])
+    assert int(get(cluster, "node", NODE)["status"]["capacity"][GCU_RESOURCE]) == FAKE_GCUS
+    assert GCU_RESOURCE not in get(cluster, "node", "cpu-sim-1")["status"]["allocatable"]
+
+
+def _plugin_pod(cluster) -> dict:
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", "kube-system", "-l",
+                                      "app.kubernetes.io/name=enflame-gcu-k8s-plugin", "-o", "json").stdout)["items"]
+    (pod,) = [p for p in pods if p["spec"].get("nodeName") == NODE]
+    return pod
+
+
+def _plugin_diagnosis(cluster, node) -> str:
+    out = cluster.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout
+    try:
+        pod = _plugin_pod(cluster)
+        out += "\n--- plugin log ---\n" + node.pod_log("kube-system", pod["metadata"]["name"])
+        out += "\n--- status ---\n" + json.dumps(pod["status"], indent=1)[:2000]
+    except Exception as e:
+        out += f"\n(no plugin pod log: {e})"
+    return out
+
+
+def test_a_pod_requesting_one_gcu_runs_and_sees_exactly_one_device(cluster, node, gcu_plugin):
+    script = ("ls /dev | grep '^gcu' | sed 's|^|device /dev/|'; "
+              "for d in /dev/gcu*; do stat -c 'type %F major %t minor %T' $d; done; "
+              "echo visible=$GCU_FAKE_VISIBLE_DEVICES; echo done")
+    apply(cluster, shell_pod("gcu-user", node.sandbox_image, script, limits={GCU_RESOURCE: "1"}))
+    pod = wait_pod_phase(cluster, node, "default", "gcu-user")
+    assert pod["spec"]["nodeName"] == NODE
+    log = node.pod_log("default", "gcu-user")
+    devices = re.findall(r"^device (/dev/gcu\d+)$", log, re.M)
+    assert len(devices) == 1, log
+    assert "type character special file major 1 minor 3" in log, log
+    assert f"visible={devices[0][len('/dev/gcu'):]}" in log, log
+    # two GCUs for another pod: two others... or the same ones, now that the first pod is done
+    apply(cluster, shell_pod("gcu-pair", node.sandbox_image, script, limits={GCU_RESOURCE: "2"}))
+    wait_pod_phase(cluster, node, "default", "gcu-pair")
+    assert len(re.findall(r"^device /dev/gcu\d+$", node.pod_log("default", "gcu-pair"), re.M)) == 2
+    # more than the node has: not scheduled
+    apply(cluster, shell_pod("gcu-greedy", node.sandbox_image, "true", limits={GCU_RESOURCE: str(FAKE_GCUS + 1)}))
+    wait_until(lambda: any(c.get("reason") == "Unschedulable" for c in
+                           (get(cluster, "pod", "gcu-greedy", "default")["status"].get("conditions") or [])),
+               60, "the pod asking for more GCUs than there are to be Unschedulable")
+    cluster.kubectl("delete", "pod", "gcu-user", "gcu-pair", "gcu-greedy", "--wait=true", timeout=120)
+
+
+def test_the_plugin_registers_again_after_a_kubelet_restart(cluster, node, gcu_plugin):
+    plugin = _plugin_pod(cluster)["metadata"]["name"]
+    TIMES["kubelet restart (to Ready)"] = node.restart_kubelet()
+    wait_until(lambda: node.pod_log("kube-system", plugin).count(f"registered {GCU_RESOURCE} with the kubelet") >= 2, 60,
+               "the plugin to register again", diagnose=lambda: _plugin_diagnosis(cluster, node))
+    wait_until(lambda: allocatable_gcus(node) == FAKE_GCUS, 120, f"{FAKE_GCUS} GCUs allocatable again",
+               diagnose=lambda: _plugin_diagnosis(cluster, node))
+    assert _plugin_pod(cluster)["metadata"]["name"] == plugin, "the plugin pod kept running"
+
+
+def test_a_gcu_that_disappears_is_unhealthy_and_leaves_allocatable(cluster, node, gcu_plugin):
+    gone = node.fake_gcu_dir / f"gcu{FAKE_GCUS - 1}"
+    gone.unlink()
+    try:
+        wait_until(lambda: allocatable_gcus(node) == FAKE_GCUS - 1, 120, "one GCU fewer allocatable",
+                   diagnose=lambda: _plugin_diagnosis(cluster, node))
+    finally:
+        node.add_fake_gcus(FAKE_GCUS)
+    wait_until(lambda: allocatable_gcus(node) == FAKE_GCUS, 120, "the GCU back in allocatable")
+
+
+# --------------------------------------------------------------------------- cleanup
+
+def test_stop_leaves_nothing_behind(cluster, node, gcu_plugin, machine_before, capsys):
+    # a running GCU pod and a hostNetwork pod while stopping: their processes must go too
+    apply(cluster, shell_pod("busy-gcu", node.sandbox_image, "sleep 3600", limits={GCU_RESOURCE: "1"}))
+    apply(cluster, shell_pod("busy-host", node.sandbox_image, "sleep 3600", host_network=True, node_name=NODE))
+    wait_pod_phase(cluster, node, "default", "busy-gcu", ("Running",))
+    wait_pod_phase(cluster, node, "default", "busy-host", ("Running",))
+    started = time.monotonic()
+    problems = node.stop()
+    TIMES["node stop (everything removed)"] = time.monotonic() - started
+    assert problems == []
+    left = node.leftovers()
+    assert left == {"processes": [], "mounts": [], "netns": [], "interfaces": [], "cgroups": [], "host_paths": []}, left
+    assert _machine_links() == machine_before["links"]
+    assert netns_name(NODE) not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert str(node.workdir) not in Path("/proc/self/mountinfo").read_text()
+    assert not any(str(node.containerd_socket) in _cmdline(p) for p in _pids())
+    assert get(cluster, "node", NODE) is None, "the Node object is deleted"
+    with capsys.disabled():
+        print("\n\nreal-node suite times (this run):")
+        for what, seconds in TIMES.items():
+            print(f"  {what:60} {seconds:7.1f} s")
+
+
+def _pids() -> list[int]:
+    return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+CRASHING_STARTER = textwrap.dedent("""
+    import os, signal, sys, json
+    sys.path.insert(0, {project!r})
+    from pathlib import Path
+    from devtools.realnode import RealNode
+    node = RealNode({workdir!r}, {name!r}, {kubeconfig!r}, ca_cert={ca_cert!r}, ca_key={ca_key!r}, fake_gcus=2)
+    node.start()
+    print(json.dumps(node.state), flush=True)
+    sys.stdin.readline()                     # the test starts a pod, then tells us to die
+    os.kill(os.getpid(), signal.SIGKILL)     # no finally, no atexit: the node's agent must clean up
+""")
+
+
+def test_a_node_whose_test_process_dies_is_removed_completely(cluster, tmp_path):
+    name = "gcu-real-crash"
+    pki = Path(cluster.workdir) / "pki"
+    script = CRASHING_STARTER.format(project=str(PROJECT_DIR), workdir=str(tmp_path / "node"), name=name,
+                                     kubeconfig=cluster.kubeconfig, ca_cert=str(pki / "ca.crt"),
+                                     ca_key=str(pki / "ca.key"))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line, f"the starter failed:\n{proc.stderr.read()}"
+        state = json.loads(line)
+        assert get(cluster, "node", name) is not None
+
+        view = SimpleNamespace(name=name, log_dir=tmp_path / "node" / "logs")   # what wait_pod_phase uses
+        apply(cluster, shell_pod("orphan", state["sandbox_image"], "sleep 3600", node_name=name))
+        wait_pod_phase(cluster, view, "default", "orphan", ("Running",))
+        proc.stdin.write("die\n")
+        proc.stdin.flush()
+        assert proc.wait(30) == -signal.SIGKILL
+        wait_until(lambda: not any(leftovers(state).values()), 60, "the agent to remove the dead starter's node",
+                   diagnose=lambda: json.dumps(leftovers(state), indent=1) + "\n"
+                   + (tmp_path / "node" / "logs" / "agent.log").read_text())
+        assert "teardown done" in (tmp_path / "node" / "logs" / "agent.log").read_text()
+        wait_until(lambda: get(cluster, "node", name) is None, 30, "the Node object to be deleted")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster.kubectl("delete", "pod", "orphan", "--force", "--grace-period=0", check=False)
+
+
+def test_no_api_server_is_a_clear_error_and_creates_nothing(tmp_path):
+    dead = tmp_path / "dead.kubeconfig"
+    dead.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    node = RealNode(tmp_path / "node", "gcu-real-nocluster", dead)
+    with pytest.raises(RealNodeError, match=r"gcu-real-nocluster.*does not answer.*Start the cluster first"):
+        node.start(timeout=30)
+    assert not any(node.leftovers().values())
