@@ -55,8 +55,9 @@ anything else inside the network or mount namespace are killed; the mount namesp
 with them (taking every mount made in it); the containers' cgroups are removed; the
 network namespace, veth and route go; ``/run/netns`` is unmounted again when this made it
 and it is empty; the Node object is deleted (optional). ``leftovers()`` lists anything
-still there; tests assert it is empty. A node started with the same name while a stale
-one exists (a killed test run) is cleaned up first, found by its network namespace.
+still there; tests assert it is empty. Node names are unique per machine: starting a node whose
+name is taken by a running one (its kubelet is alive) is an error; leftovers of a dead one (a
+run killed so hard that its agent died too) are removed first, found by the network namespace.
 
 CLI (detached; for ``scripts/gcu-stack``)::
 
@@ -514,6 +515,7 @@ class RealNode:
         node.index = st.get("index")
         node.pids = {k: int(v) for k, v in (st.get("pids") or {}).items()}
         node.sandbox_image = st.get("sandbox_image", "")
+        node.timings = dict(st.get("timings") or {})
         return node
 
     # ---- paths
@@ -623,6 +625,11 @@ class RealNode:
         tc = self.toolchain
         t0 = time.monotonic()
         deadline = t0 + timeout
+        owner = running_owner(self.name)
+        if owner:
+            raise RealNodeError(
+                f"real node {self.name} is already running on this machine (its kubelet uses {owner}); stop it with "
+                f"`python -m devtools.realnode down --state-dir {owner}` or give this node another name")
         stale = find_stale(self.name)
         if stale:
             print(f"realnode {self.name}: removing a stale node of the same name ({', '.join(stale)})", file=sys.stderr)
@@ -848,33 +855,70 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     max_conf_num = 1
 """)
 
+    # containerd runs under a small supervisor loop, like a service with Restart=always: whatever stops
+    # it (a toolkit pod activating a runtime: `kill $(cat /run/containerd/containerd.pid)`), it comes back.
+    CONTAINERD_PIDFILE = "/run/containerd/containerd.pid"    # inside the node
+
+    def node_path(self, path: str) -> Path:
+        """A path as the node sees it (its /run, /var/lib, ...), reachable from this machine."""
+        holder = self.pids.get("holder")
+        if not holder:
+            raise RealNodeError(f"real node {self.name} is not running")
+        return Path(f"/proc/{holder}/root") / path.lstrip("/")
+
+    def containerd_pid(self) -> Optional[int]:
+        try:
+            return int(self.node_path(self.CONTAINERD_PIDFILE).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
     def _start_containerd(self, deadline: float) -> None:
         tc = self.toolchain
         sock = self.containerd_socket
         sock.unlink(missing_ok=True)
         env = {**os.environ, "PATH": f"{Path(tc['containerd-shim-runc-v2']).parent}:{Path(tc['runc']).parent}:"
                                      "/usr/sbin:/usr/bin:/sbin:/bin"}
-        self._spawn("containerd", self.in_node(tc["containerd"], "--config", self.containerd_config), env=env)
+        loop = (f"mkdir -p {Path(self.CONTAINERD_PIDFILE).parent}; n=0\n"
+                "while :; do\n"
+                f"  '{tc['containerd']}' --config '{self.containerd_config}' &\n"
+                f"  echo $! > {self.CONTAINERD_PIDFILE}\n"
+                "  wait $!; code=$?; n=$((n+1))\n"
+                "  echo \"gcu-stack realnode: containerd exited ($code), starting it again (restart $n)\"\n"
+                "  sleep 0.5\n"
+                "done\n")
+        self._spawn("containerd", self.in_node("/bin/sh", "-c", loop), env=env)
+        self._wait_containerd(deadline, previous=None)
+
+    def _wait_containerd(self, deadline: float, previous: Optional[int]) -> None:
+        sock = self.containerd_socket
         while True:
-            proc = self.procs["containerd"]
-            if proc.poll() is not None:
-                raise self._fail("containerd", f"exited during startup (exit code {proc.returncode})")
-            if sock.exists() and self.ctr("version", check=False, timeout=10).returncode == 0:
-                break
+            proc = self.procs.get("containerd")
+            if proc is not None and proc.poll() is not None:
+                raise self._fail("containerd", f"supervisor exited during startup (exit code {proc.returncode})")
+            pid = self.containerd_pid()
+            if pid and pid != previous and sock.exists() and self.ctr("version", check=False, timeout=10).returncode == 0:
+                self.pids["containerd-daemon"] = pid
+                return
             if time.monotonic() > deadline:
                 raise self._fail("containerd", f"did not answer on {sock} in time")
             time.sleep(0.1)
 
     def restart_containerd(self, timeout: float = 60.0) -> float:
-        """Stop and start the node's containerd (what activating a runtime takes: 1.6 has no reload).
-
-        Containers keep running (their shims stay). Returns the seconds it took."""
+        """Stop the node's containerd and wait until its supervisor has it back (activating a runtime
+        takes a restart: containerd 1.6 has no reload). Containers keep running (their shims stay).
+        Returns the seconds it took. From a pod (hostPID, /run/containerd mounted), the same is
+        ``kill $(cat /run/containerd/containerd.pid)``."""
         t0 = time.monotonic()
-        pid = self.pids.get("containerd")
-        if pid:
-            kill_pid(pid, proc=self.procs.get("containerd"), timeout=20)
-        self._start_containerd(time.monotonic() + timeout)
+        old = self.containerd_pid()
+        if old and pid_alive(old):
+            os.kill(old, signal.SIGTERM)
+        self._wait_containerd(time.monotonic() + timeout, previous=old)
         return time.monotonic() - t0
+
+    def wait_containerd_restarted(self, previous: int, timeout: float = 60.0) -> int:
+        """Wait until containerd runs with another pid than `previous` (restarted from elsewhere) and answers."""
+        self._wait_containerd(time.monotonic() + timeout, previous=previous)
+        return self.pids["containerd-daemon"]
 
     def restart_kubelet(self, timeout: float = 120.0) -> float:
         """Stop and start the kubelet (pods keep running); returns once the Node is Ready again.
@@ -1119,7 +1163,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                             log=lambda m: print(m, file=sys.stderr))
         self.procs.clear()
         self.pids.clear()
-        (self.workdir / "state.json").unlink(missing_ok=True)
+        last = self.workdir / "state.json"
+        if last.exists():   # kept for `leftovers` after `down`
+            last.replace(self.workdir / "stopped.json")
         if self._api is not None:
             self._api.close()
             self._api = None
@@ -1336,6 +1382,19 @@ def find_stale(name: str) -> list[str]:
     return found
 
 
+def running_owner(name: str) -> Optional[str]:
+    """The workdir of a live kubelet of node `name` (in its network namespace), if there is one."""
+    net_ino = _ns_inode(f"/run/netns/{netns_name(name)}")
+    if not net_ino:
+        return None
+    for pid in _all_pids():
+        cmd = _cmdline(pid).split()
+        if cmd and os.path.basename(cmd[0]) == "kubelet" and _proc_ns(pid, "net") == net_ino:
+            config = cmd[cmd.index("--config") + 1] if "--config" in cmd else ""
+            return str(Path(config).parent.parent) if config else f"pid {pid}"
+    return None
+
+
 def leftovers(st: Mapping) -> dict:
     """Anything of the node still on this machine: processes, mounts, network namespace, interfaces,
     cgroups, host paths it must not have created. Empty lists everywhere when it is clean."""
@@ -1528,6 +1587,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   f"containerd {node.containerd_socket}, logs {node.log_dir}", file=sys.stderr)
             print(json.dumps(node.summary()))
             return 0
+        if a.cmd == "leftovers" and not has_state and (state_dir / "stopped.json").exists():
+            left = leftovers(json.loads((state_dir / "stopped.json").read_text()))
+            print(json.dumps(left, indent=2))
+            return 1 if any(left.values()) else 0
         if not has_state:
             if a.cmd == "status":
                 print(json.dumps({"running": False}))

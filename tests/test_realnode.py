@@ -38,7 +38,9 @@ from realnode_fixtures import (GCU_RESOURCE, allocatable_gcus, apply, device_plu
 pytestmark = pytest.mark.timeout(1800)
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-NODE = "gcu-real-1"
+# Per run: node names are unique per machine (another run, or `gcu-stack --real-nodes`, may have nodes).
+RUN = f"t{os.getpid() % 100000}"
+NODE = f"gcu-{RUN}-1"
 GCU_LABELS = {"enflame.com/gcu.present": "true", "feature.node.kubernetes.io/pci-1e36.present": "true"}
 FAKE_GCUS = 4
 TIMES: dict[str, float] = {}
@@ -274,6 +276,77 @@ def test_a_gcu_that_disappears_is_unhealthy_and_leaves_allocatable(cluster, node
     wait_until(lambda: allocatable_gcus(node) == FAKE_GCUS, 120, "the GCU back in allocatable")
 
 
+# --------------------------------------------------------------------------- containerd as a service, more nodes
+
+def _task_pid(node, container_id: str) -> int:
+    cid = container_id.split("://", 1)[-1]
+    for line in node.ctr("tasks", "ls").stdout.splitlines()[1:]:
+        fields = line.split()
+        if fields and fields[0] == cid:
+            return int(fields[1])
+    raise AssertionError(f"no task {cid} in {node.name}'s containerd")
+
+
+def test_containerd_stopped_from_a_pod_comes_back_and_running_pods_keep_running(cluster, node):
+    image = node.sandbox_image
+    apply(cluster, shell_pod("survivor", image, "sleep 3600", node_name=NODE))
+    survivor = wait_pod_phase(cluster, node, "default", "survivor", ("Running",))
+    task = _task_pid(node, survivor["status"]["containerStatuses"][0]["containerID"])
+    old = node.containerd_pid()
+    # what a toolkit pod activating a runtime does: it stops the node's containerd (hostPID, the pid file)
+    restarter = shell_pod("restarter", image, "kill $(cat /host/run/containerd/containerd.pid) && echo sent",
+                          node_name=NODE)
+    restarter["spec"].update(hostPID=True, volumes=[{"name": "run", "hostPath": {"path": "/run/containerd"}}])
+    restarter["spec"]["containers"][0].update(securityContext={"privileged": True},
+                                              volumeMounts=[{"name": "run", "mountPath": "/host/run/containerd"}])
+    started = time.monotonic()
+    apply(cluster, restarter)
+    new = node.wait_containerd_restarted(old, timeout=90)
+    TIMES["containerd stopped by a pod -> answering again"] = time.monotonic() - started
+    assert new != old
+    wait_pod_phase(cluster, node, "default", "restarter")
+    assert "sent" in node.pod_log("default", "restarter")
+    # the running pod's process is the same one, and the node still runs new pods
+    assert _task_pid(node, survivor["status"]["containerStatuses"][0]["containerID"]) == task
+    assert os.path.exists(f"/proc/{task}")
+    assert get(cluster, "pod", "survivor", "default")["status"]["phase"] == "Running"
+    apply(cluster, shell_pod("after", image, "echo after", node_name=NODE))
+    wait_pod_phase(cluster, node, "default", "after")
+    TIMES["containerd restart (RealNode.restart_containerd)"] = node.restart_containerd()
+    assert _task_pid(node, survivor["status"]["containerStatuses"][0]["containerID"]) == task
+    cluster.kubectl("delete", "pod", "survivor", "restarter", "after", "--wait=true", timeout=120)
+
+
+def test_a_second_real_node_runs_beside_and_goes_without_a_trace(cluster, node, tmp_path):
+    name = f"gcu-{RUN}-2"
+    second = RealNode.for_cluster(cluster, tmp_path / "second", name,
+                                  taints=[{"key": "enflame.com/gcu", "effect": "NoSchedule"}])
+    second.start()
+    try:
+        assert second.node_ip != node.node_ip and second.pod_subnet != node.pod_subnet
+        assert get(cluster, "node", name)["spec"]["taints"] == [{"key": "enflame.com/gcu", "effect": "NoSchedule"}]
+        pod = shell_pod("on-second", second.sandbox_image, "echo here", node_name=name)
+        pod["spec"]["tolerations"] = [{"key": "enflame.com/gcu", "operator": "Exists"}]
+        apply(cluster, pod)
+        assert _pod_ip_in(second, wait_pod_phase(cluster, second, "default", "on-second"))
+    finally:
+        assert second.stop() == []
+    assert not any(second.leftovers().values()), second.leftovers()
+    # the first node is untouched
+    assert link_name(NODE) in _machine_links()
+    wait_until(lambda: _ready(cluster, NODE), 30, f"{NODE} to stay Ready")
+    # a name that is taken by a running node is refused, and the running node is left alone
+    with pytest.raises(RealNodeError, match=rf"{NODE} is already running on this machine.*down --state-dir"):
+        RealNode.for_cluster(cluster, tmp_path / "clash", NODE).start()
+    assert _ready(cluster, NODE) and link_name(NODE) in _machine_links()
+    cluster.kubectl("delete", "pod", "on-second", "--force", "--grace-period=0", check=False)
+
+
+def _ready(cluster, name: str) -> bool:
+    conditions = {c["type"]: c["status"] for c in get(cluster, "node", name)["status"]["conditions"]}
+    return conditions.get("Ready") == "True"
+
+
 # --------------------------------------------------------------------------- cleanup
 
 def test_stop_leaves_nothing_behind(cluster, node, gcu_plugin, machine_before, capsys):
@@ -324,7 +397,7 @@ CRASHING_STARTER = textwrap.dedent("""
 
 
 def test_a_node_whose_test_process_dies_is_removed_completely(cluster, tmp_path):
-    name = "gcu-real-crash"
+    name = f"gcu-{RUN}-crash"
     pki = Path(cluster.workdir) / "pki"
     script = CRASHING_STARTER.format(project=str(PROJECT_DIR), workdir=str(tmp_path / "node"), name=name,
                                      kubeconfig=cluster.kubeconfig, ca_cert=str(pki / "ca.crt"),
@@ -361,7 +434,7 @@ def test_no_api_server_is_a_clear_error_and_creates_nothing(tmp_path):
         "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
         "users": [{"name": "u", "user": {"token": "x"}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
-    node = RealNode(tmp_path / "node", "gcu-real-nocluster", dead)
-    with pytest.raises(RealNodeError, match=r"gcu-real-nocluster.*does not answer.*Start the cluster first"):
+    node = RealNode(tmp_path / "node", f"gcu-{RUN}-nocluster", dead)
+    with pytest.raises(RealNodeError, match=rf"gcu-{RUN}-nocluster.*does not answer.*Start the cluster first"):
         node.start(timeout=30)
     assert not any(node.leftovers().values())
