@@ -67,6 +67,7 @@ CLI (detached; for ``scripts/gcu-stack``)::
     python -m devtools.realnode status --state-dir D
     python -m devtools.realnode down --state-dir D [--keep-node-object]
     python -m devtools.realnode leftovers --state-dir D      # exit 1 if anything of the node is left
+    python -m devtools.realnode sweep                        # remove abandoned nodes (killed runs and agents)
 
 ``up`` prints one JSON object on stdout (name, node IP, containerd address, device-plugin
 directory, ...). Requires root (namespaces, mounts, mknod).
@@ -630,6 +631,7 @@ class RealNode:
             raise RealNodeError(
                 f"real node {self.name} is already running on this machine (its kubelet uses {owner}); stop it with "
                 f"`python -m devtools.realnode down --state-dir {owner}` or give this node another name")
+        sweep_stale(log=lambda m: print(m, file=sys.stderr))
         stale = find_stale(self.name)
         if stale:
             print(f"realnode {self.name}: removing a stale node of the same name ({', '.join(stale)})", file=sys.stderr)
@@ -1279,10 +1281,19 @@ def teardown(st: Mapping, *, delete_node: bool = False, procs: Optional[Mapping[
         kill_pid(kpid, proc=(procs or {}).get("kubelet"), timeout=10)
     # 2. every process of the node, until none is left
     deadline = time.monotonic() + 30
+    container_cgroups: set[str] = set()   # of killed containers (the state dir may be unknown or gone)
     while True:
         victims = _node_pids(st)
         if not victims:
             break
+        for pid in victims:
+            try:
+                for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+                    path = line.split(":", 2)[2]
+                    if re.fullmatch(r"/(k8s\.io/)?[0-9a-f]{64}", path):
+                        container_cgroups.add(path.lstrip("/"))
+            except (OSError, IndexError):
+                pass
         for pid in victims:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -1303,7 +1314,9 @@ def teardown(st: Mapping, *, delete_node: bool = False, procs: Optional[Mapping[
         except subprocess.TimeoutExpired:
             problems.append(f"process {proc.pid} did not exit")
     # 3. cgroups of the node's containers (runc removes them when a container is deleted, not when killed)
-    for cg in sorted(_container_cgroups(_task_ids(st)), key=lambda p: -len(p.parts)):
+    found = set(_container_cgroups(_task_ids(st)))
+    found.update(root / rel for root in _cgroup_roots() for rel in container_cgroups if (root / rel).is_dir())
+    for cg in sorted(found, key=lambda p: -len(p.parts)):
         for _ in range(50):
             try:
                 cg.rmdir()
@@ -1380,6 +1393,46 @@ def find_stale(name: str) -> list[str]:
     if os.path.exists(f"/sys/class/net/{link_name(name)}"):
         found.append(f"interface {link_name(name)}")
     return found
+
+
+def _agents_netns() -> set[str]:
+    """Network namespaces served by a live agent (read from the state file its command line names)."""
+    out = set()
+    for pid in _all_pids():
+        cmd = _cmdline(pid).split()
+        if "devtools.realnode" in cmd and "agent" in cmd and "--state-dir" in cmd:
+            state = Path(cmd[cmd.index("--state-dir") + 1]) / "state.json"
+            try:
+                out.add(json.loads(state.read_text())["netns"])
+            except (OSError, ValueError, KeyError):
+                pass
+    return out
+
+
+def sweep_stale(min_age: float = 60.0, log=print, only: Optional[Iterable[str]] = None) -> list[str]:
+    """Remove every real node of this machine that nobody runs any more: a gcurn-* network namespace
+    older than `min_age` seconds with no kubelet in it and no agent for it (its test run and its
+    agent were both killed). `only`: just these node names. Returns the names of the nodes removed."""
+    removed = []
+    try:
+        names = [n for n in os.listdir("/run/netns") if n.startswith(NETNS_PREFIX)]
+    except OSError:
+        return removed
+    served = _agents_netns()
+    for ns in names:
+        name = ns[len(NETNS_PREFIX):]
+        if only is not None and name not in set(only):
+            continue
+        try:
+            age = time.time() - os.stat(f"/run/netns/{ns}").st_mtime
+        except OSError:
+            continue
+        if age < min_age or ns in served or running_owner(name):
+            continue
+        log(f"realnode: removing the abandoned node {name} (network namespace {ns}, {age:.0f}s old, no kubelet, no agent)")
+        teardown({"name": name, "netns": ns, "link": link_name(name)}, log=log)
+        removed.append(name)
+    return removed
 
 
 def running_owner(name: str) -> Optional[str]:
@@ -1556,6 +1609,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     src.add_argument("--docker-host", help="save the images from this dockerd (unix://...)")
     src.add_argument("--archive", action="append", help="a docker-save archive (repeatable)")
     imp.add_argument("refs", nargs="*")
+    sw = sub.add_parser("sweep", help="remove abandoned real nodes of this machine (no kubelet, no agent)")
+    sw.add_argument("--min-age", type=float, default=60.0, help="only namespaces older than this (seconds)")
     for name in ("down", "status", "leftovers"):
         p = sub.add_parser(name)
         p.add_argument("--state-dir", required=True)
@@ -1565,6 +1620,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ag.add_argument("--state-dir", required=True)
     ag.add_argument("--reap-on-eof", action="store_true")
     a = ap.parse_args(argv)
+    if a.cmd == "sweep":
+        removed = sweep_stale(a.min_age, log=lambda m: print(m, file=sys.stderr))
+        print(json.dumps(removed))
+        return 0
     state_dir = Path(a.state_dir).resolve()
     has_state = (state_dir / "state.json").exists()
 

@@ -206,8 +206,8 @@ def test_the_projects_device_plugin_daemonset_advertises_the_fake_gcus(cluster, 
     container = gcu_plugin["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == plugin_image and container["imagePullPolicy"] == "Never"
     assert container["args"] == [f"--resource-name={GCU_RESOURCE}"]
-    pod = _plugin_pod(cluster)
-    assert pod["status"]["containerStatuses"][0]["ready"], pod["status"]
+    pod = wait_until(lambda: _ready_plugin_pod(cluster), 60, "the plugin pod to be Ready",
+                     diagnose=lambda: _plugin_diagnosis(cluster, node))
     assert f"found {FAKE_GCUS} fake GCUs" in node.pod_log("kube-system", pod["metadata"]["name"])
     assert int(get(cluster, "node", NODE)["status"]["capacity"][GCU_RESOURCE]) == FAKE_GCUS
     assert GCU_RESOURCE not in get(cluster, "node", "cpu-sim-1")["status"]["allocatable"]
@@ -218,6 +218,11 @@ def _plugin_pod(cluster) -> dict:
                                       "app.kubernetes.io/name=enflame-gcu-k8s-plugin", "-o", "json").stdout)["items"]
     (pod,) = [p for p in pods if p["spec"].get("nodeName") == NODE]
     return pod
+
+
+def _ready_plugin_pod(cluster):
+    pod = _plugin_pod(cluster)
+    return pod if all(c.get("ready") for c in pod["status"].get("containerStatuses") or [{}]) else None
 
 
 def _plugin_diagnosis(cluster, node) -> str:
@@ -425,6 +430,38 @@ def test_a_node_whose_test_process_dies_is_removed_completely(cluster, tmp_path)
         if proc.poll() is None:
             proc.kill()
         cluster.kubectl("delete", "pod", "orphan", "--force", "--grace-period=0", check=False)
+
+
+def test_a_node_whose_test_process_and_agent_both_die_is_swept(cluster, tmp_path):
+    name = f"gcu-{RUN}-lost"
+    pki = Path(cluster.workdir) / "pki"
+    script = CRASHING_STARTER.format(project=str(PROJECT_DIR), workdir=str(tmp_path / "node"), name=name,
+                                     kubeconfig=cluster.kubeconfig, ca_cert=str(pki / "ca.crt"),
+                                     ca_key=str(pki / "ca.key"))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line, f"the starter failed:\n{proc.stderr.read()}"
+        state = json.loads(line)
+        view = SimpleNamespace(name=name, log_dir=tmp_path / "node" / "logs")
+        apply(cluster, shell_pod("lost", state["sandbox_image"], "sleep 3600", node_name=name))
+        wait_pod_phase(cluster, view, "default", "lost", ("Running",))
+        os.kill(state["pids"]["agent"], signal.SIGKILL)   # the agent first: nobody is left to clean up
+        proc.stdin.write("die\n")
+        proc.stdin.flush()
+        assert proc.wait(30) == -signal.SIGKILL
+        time.sleep(1)
+        left = leftovers(state)
+        assert left["processes"] and left["netns"] and left["interfaces"], left   # the container, shims, ...
+        from devtools.realnode import sweep_stale
+        assert sweep_stale(min_age=0, only=[name], log=lambda m: None) == [name]
+        assert not any(leftovers(state).values()), leftovers(state)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster.kubectl("delete", "node", name, check=False)
+        cluster.kubectl("delete", "pod", "lost", "--force", "--grace-period=0", check=False)
 
 
 def test_no_api_server_is_a_clear_error_and_creates_nothing(tmp_path):
