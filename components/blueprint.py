@@ -66,6 +66,8 @@ GcuResourceSpec.extra_keys = tuple(a for c in COMPONENTS for a in c.spec_aliases
 
 
 class GcuResource(Model):
+    # Where an editor finds the blueprint's JSON Schema (blueprints/gcu-resource.schema.json); not used here.
+    json_schema: Optional[str] = Field(None, alias="$schema")
     api_version: Literal["topsops.enflame.com/v1"] = Field(alias="apiVersion")
     kind: Literal["GcuResource"]
     metadata: Metadata

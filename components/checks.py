@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import objects
 from .component import node_port
 from .errors import BlueprintError
 from .images import check_images
@@ -37,6 +38,8 @@ def _component_checks(settings: StackSettings) -> list[str]:
 
 def check(settings: StackSettings) -> None:
     problems = settings.plain_text_secrets() + _component_checks(settings) + _node_ports(settings)
+    # Every object the stack would declare, held to the rules of the API server, kubelet, Helm and SSA.
+    problems += [p for p in objects.problems(settings) if p not in problems]
     if problems:
         raise BlueprintError(problems, settings.source)
     # Packages for the images to build are there, before any resource (seed: "cp: cannot stat").

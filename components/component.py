@@ -121,7 +121,13 @@ class GcuComponent(pulumi.ComponentResource):
 
     def _declare(self, planned: Planned) -> pulumi.CustomResource:
         self.own_resources.append(resource_info(planned.manifest))
-        opts = pulumi.ResourceOptions(parent=self, depends_on=planned.depends_on or None)
+        opts = pulumi.ResourceOptions(
+            parent=self,
+            depends_on=planned.depends_on or None,
+            # A renamed agent, Deployment or NodePort Service: the old one (and its pods) is gone
+            # before the new one is created (pulumi-kubernetes deletes with foreground propagation).
+            delete_before_replace=manifests.replaced_delete_first(planned.manifest) or None,
+        )
         resource = declare(planned.logical_name, planned.manifest, opts)
         self._declared.append(resource)
         return resource
@@ -139,5 +145,7 @@ class GcuComponent(pulumi.ComponentResource):
             create_namespace=False,  # the stack owns the namespace and its Pod Security labels
             values=release["values"],
             timeout=release["timeout"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on or None),
+            # A renamed release is uninstalled first: a chart's fixed names (Volcano's admission
+            # Secret, its scheduler name) cannot be held by two releases at once.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on or None, delete_before_replace=True),
         )

@@ -79,8 +79,14 @@ def describe(error: ValidationError, root: type[BaseModel], prefix: str = "") ->
             problems.append(f"{path}: required field is missing")
         elif kind == "value_error":
             message = str(item["ctx"].get("error", item["msg"]))
-            # Cross-field checks already name their fields (e.g. spec.devicePlugin).
-            problems.append(message if message.startswith(f"{path}.") else f"{path}: {message}")
+            # Cross-field checks already name their fields (e.g. spec.devicePlugin); a message
+            # starting with "[i]" continues the path (an item of a list field).
+            if message.startswith(f"{path}."):
+                problems.append(message)
+            elif message.startswith("["):
+                problems.append(f"{path}{message}")
+            else:
+                problems.append(f"{path}: {message}")
         elif kind == "string_type" and isinstance(item["input"], (bool, int, float)):
             # YAML reads true, 1.10 or 0.1 unquoted as non-strings.
             problems.append(f"{path}: must be a string; quote it (got {item['input']!r})")

@@ -6,11 +6,13 @@ validated against the Kubernetes OpenAPI schema in tests and read by policies.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Optional
 
 from .model import ContainerDef, PodAdditions, RbacDef
 from .names import DEPLOY_LABEL_PREFIX, OPERANDS_LABEL
 from .resolve import ResolvedComponent, ResolvedContainer, ResolvedWorkload
+from .spec import LABEL_VALUE
 
 PART_OF = "gcu-stack"
 NODE_CRITICAL = "system-node-critical"
@@ -23,11 +25,30 @@ TOLERATIONS = (
 RESTRICTED_UID = 1000
 
 
+LABEL_VALUE_MAX = 63
+LABEL_HASH_LENGTH = 10
+
+
+def label_value(value: str) -> str:
+    """`value` as a label value: itself when it is one (at most 63 characters), else derived.
+
+    Object names may be up to 253 characters and contain dots, label values at most 63: a
+    longer name becomes its first characters, '-' and 10 hex digits of its SHA-256, so two
+    names never share a value. Every name that fits is used as it is.
+    """
+    if len(value) <= LABEL_VALUE_MAX and LABEL_VALUE.match(value):
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:LABEL_HASH_LENGTH]
+    head = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "-" for c in value)
+    head = head[: LABEL_VALUE_MAX - LABEL_HASH_LENGTH - 1].strip("-_.")
+    return f"{head}-{digest}" if head else digest
+
+
 def labels(component: ResolvedComponent, instance: str, name: Optional[str] = None) -> dict[str, str]:
     return {
-        "app.kubernetes.io/name": name or component.name,
+        "app.kubernetes.io/name": label_value(name or component.name),
         "app.kubernetes.io/component": component.definition.key,
-        "app.kubernetes.io/instance": instance,
+        "app.kubernetes.io/instance": label_value(instance),
         "app.kubernetes.io/part-of": PART_OF,
         "app.kubernetes.io/managed-by": "pulumi",
     }
@@ -35,7 +56,21 @@ def labels(component: ResolvedComponent, instance: str, name: Optional[str] = No
 
 def selector(workload: ResolvedWorkload) -> dict[str, str]:
     # Immutable on a workload: keep it to the one label that cannot change without a rename.
-    return {"app.kubernetes.io/name": workload.name}
+    return {"app.kubernetes.io/name": label_value(workload.name)}
+
+
+def replaced_delete_first(manifest: dict) -> bool:
+    """Whether a replacement of this object must delete the old one before creating the new one.
+
+    Objects holding something only one of them can have: a node port (a NodePort Service), a
+    node (a DaemonSet's agent: one device plugin, runtime installer or driver per node), or a
+    single copy of its pods (a Deployment: MySQL's volume, the scheduler extender). With a
+    rename, the new object would otherwise be created while the old one still holds it.
+    """
+    kind = manifest.get("kind")
+    if kind in ("DaemonSet", "Deployment"):
+        return True
+    return kind == "Service" and (manifest.get("spec") or {}).get("type") == "NodePort"
 
 
 def metadata(name: str, namespace: Optional[str], object_labels: dict[str, str]) -> dict:
@@ -252,7 +287,7 @@ def namespace(name: str, level: str, instance: str) -> dict:
             "name": name,
             "labels": {
                 "app.kubernetes.io/part-of": PART_OF,
-                "app.kubernetes.io/instance": instance,
+                "app.kubernetes.io/instance": label_value(instance),
                 "app.kubernetes.io/managed-by": "pulumi",
                 "pod-security.kubernetes.io/enforce": level,
                 "pod-security.kubernetes.io/audit": level,

@@ -16,7 +16,7 @@ import pulumi
 
 from .model import ComponentDef, ContainerDef, WorkloadDef
 from .names import DEFAULT_PULL_POLICY, DEFAULT_REPOSITORY, DEFAULT_VERSION, GCU_PRESENT_LABEL
-from .spec import BaseFields
+from .spec import BaseFields, is_digest
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,12 @@ class ResolvedContainer:
     image: str
     pull_policy: str
     env: tuple[tuple[str, str], ...]
+    # Where the values came from, for error messages: blueprint field paths ("spec.nfd.master.image"),
+    # or "<path> (unset: default ...)" where the catalog's default applied.
+    image_from: tuple[str, ...] = ()
+    env_from: Optional[str] = None  # the env list used (spec.<key>.env or a sub-part's)
+    # The image's parts as resolved: (repository, image, version), version None when defaulted.
+    image_parts: tuple[str, str, Optional[str]] = ("", "", None)
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,7 @@ class ResolvedWorkload:
     name: str
     node_selector: Optional[dict[str, str]]
     containers: tuple[ResolvedContainer, ...]
+    name_from: str = ""  # the field naming it, e.g. "spec.nightingale.redis-deploy.name"
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,8 @@ class ResolvedComponent:
     name: str
     namespace: str
     workloads: tuple[ResolvedWorkload, ...]
+    name_from: str = ""  # "spec.<key>.name", or "spec.<key>.name (unset: default '<name>')"
+    namespace_from: str = ""
 
     @property
     def containers(self) -> tuple[ResolvedContainer, ...]:
@@ -59,20 +68,43 @@ def _alias(model: BaseFields, attribute: str) -> str:
 
 def effective(component: BaseFields, part: Optional[BaseFields], field: str, where: str = "") -> Any:
     """The value of a BaseFields field for a sub-part, by the seed's precedence."""
+    return effective_from(component, part, field, where, "")[0]
+
+
+def effective_from(component: BaseFields, part: Optional[BaseFields], field: str, where: str, spec_path: str) -> tuple[Any, Optional[str]]:
+    """The value of a BaseFields field for a sub-part, and the path of the field it came from (None: unset)."""
     if _was_set(component, field):
         if _was_set(part, field) and getattr(part, field) != getattr(component, field):
             pulumi.log.warn(
                 f"{where}.{_alias(component, field)} is ignored: the component's first-level value "
                 f"({getattr(component, field)!r}) takes precedence, as in gcu-operator"
             )
-        return getattr(component, field)
+        return getattr(component, field), f"{spec_path}.{_alias(component, field)}"
     if _was_set(part, field):
-        return getattr(part, field)
-    return None
+        return getattr(part, field), f"{where}.{_alias(part, field)}"
+    return None, None
 
 
-def image_reference(repository: str, image: str, version: str) -> str:
-    return f"{repository.rstrip('/')}/{image}:{version}"
+def unset(path: str, default: Any) -> str:
+    """How a message names a field that was left unset: its path and the default that applied."""
+    return f"{path} (unset: default {default!r})"
+
+
+def image_reference(repository: str, image: str, version: Optional[str]) -> str:
+    """repository/image:version; a digest in `version` or `image` (`name@sha256:...`) pins it.
+
+    A digest version replaces the tag (repository/image@sha256:...). An image pinned by its own
+    digest keeps an explicitly set tag beside it (repository/image:tag@sha256:..., the digest is
+    what is pulled) and drops the default one. When both pin, they must agree (components/objects.py
+    refuses two different digests); the version's digest is used.
+    """
+    name, _, image_digest = image.partition("@")
+    base = f"{repository.rstrip('/')}/{name}"
+    if is_digest(version):
+        return f"{base}@{version}"
+    if image_digest:
+        return f"{base}:{version}@{image_digest}" if version else f"{base}@{image_digest}"
+    return f"{base}:{version or DEFAULT_VERSION}"
 
 
 def _sub_part(spec: BaseFields, attribute: Optional[str], spec_path: str) -> tuple[Optional[BaseFields], str]:
@@ -83,21 +115,30 @@ def _sub_part(spec: BaseFields, attribute: Optional[str], spec_path: str) -> tup
 
 def _container(definition: ComponentDef, spec: BaseFields, container: ContainerDef, part_attr: Optional[str], spec_path: str) -> ResolvedContainer:
     part, where = _sub_part(spec, part_attr, spec_path)
+    sources: dict[str, str] = {}
 
     def pick(field: str, default: Any) -> Any:
-        value = effective(spec, part, field, where)
-        return default if value is None else value
+        """The effective value (None: unset) and, in `sources`, the field it came from."""
+        value, source = effective_from(spec, part, field, where, spec_path)
+        sources[field] = source or unset(f"{where if part is not None else spec_path}.{_alias(spec, field)}", default)
+        return value
 
-    image = pick("image", container.default_image or definition.default_image)
+    repository = pick("repository", DEFAULT_REPOSITORY) or DEFAULT_REPOSITORY
+    image = pick("image", container.default_image or definition.default_image) or container.default_image or definition.default_image
+    version = pick("version", DEFAULT_VERSION)  # None: the default tag, or none beside an image's own digest
+    env = pick("env", []) or []
     return ResolvedContainer(
         definition=container,
-        image=image_reference(pick("repository", DEFAULT_REPOSITORY), image, pick("version", DEFAULT_VERSION)),
-        pull_policy=pick("image_pull_policy", DEFAULT_PULL_POLICY),
-        env=tuple((e.name, e.value) for e in pick("env", [])),
+        image=image_reference(repository, image, version),
+        pull_policy=pick("image_pull_policy", DEFAULT_PULL_POLICY) or DEFAULT_PULL_POLICY,
+        env=tuple((e.name, e.value) for e in env),
+        image_from=(sources["repository"], sources["image"], sources["version"]),
+        env_from=sources["env"] if env else None,
+        image_parts=(repository, image, version),
     )
 
 
-def _workload(definition: ComponentDef, spec: BaseFields, workload: WorkloadDef, component_name: str, spec_path: str) -> ResolvedWorkload:
+def _workload(definition: ComponentDef, spec: BaseFields, workload: WorkloadDef, component_name: str, name_from: str, spec_path: str) -> ResolvedWorkload:
     part, where = _sub_part(spec, workload.part, spec_path)
     if part is not None:
         # One namespace and one switch per component (the seed: sub-part notDeploy is invalid).
@@ -107,7 +148,12 @@ def _workload(definition: ComponentDef, spec: BaseFields, workload: WorkloadDef,
     selector = effective(spec, part, "node_selector", where) if workload.part else spec.node_selector
     if selector is None and definition.gcu_nodes_only:
         selector = {GCU_PRESENT_LABEL: "true"}
-    name = (part.name if part is not None and part.name else None) or workload.default_name or component_name
+    if part is not None and part.name:
+        name, source = part.name, f"{where}.name"
+    elif workload.default_name:
+        name, source = workload.default_name, unset(f"{where}.name", workload.default_name)
+    else:
+        name, source = component_name, name_from
     return ResolvedWorkload(
         definition=workload,
         name=name,
@@ -115,17 +161,25 @@ def _workload(definition: ComponentDef, spec: BaseFields, workload: WorkloadDef,
         containers=tuple(
             _container(definition, spec, c, c.part or workload.part, spec_path) for c in workload.containers
         ),
+        name_from=source,
     )
 
 
 def resolve(definition: ComponentDef, spec: BaseFields, spec_path: str) -> ResolvedComponent:
     if len(definition.workloads) > 1 and spec.name:
-        pulumi.log.warn(f"{spec_path}.name is not used: each sub-part of {spec_path} names its own workload")
+        pulumi.log.warn(
+            f"{spec_path}.name does not name a workload: each sub-part of {spec_path} names its own "
+            f"(it still names the component's shared objects, such as its ConfigMap)"
+        )
     name = spec.name or definition.default_name
+    name_from = f"{spec_path}.name" if spec.name else unset(f"{spec_path}.name", definition.default_name)
+    namespace = spec.namespace or definition.default_namespace
     return ResolvedComponent(
         definition=definition,
         spec=spec,
         name=name,
-        namespace=spec.namespace or definition.default_namespace,
-        workloads=tuple(_workload(definition, spec, w, name, spec_path) for w in definition.workloads),
+        namespace=namespace,
+        workloads=tuple(_workload(definition, spec, w, name, name_from, spec_path) for w in definition.workloads),
+        name_from=name_from,
+        namespace_from=f"{spec_path}.namespace" if spec.namespace else unset(f"{spec_path}.namespace", namespace),
     )

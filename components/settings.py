@@ -118,19 +118,92 @@ def _options(config: Mapping[str, Any], project_dir: Path) -> tuple[Options, dic
     return options, link_settings
 
 
+BLUEPRINT_KEY = f"{NAMESPACE}:blueprint"
+BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+
+
+def _not_text(path: Path, what: str) -> BlueprintError:
+    return BlueprintError(
+        [f"{BLUEPRINT_KEY}: {path} {what}; a blueprint is a JSON or YAML text file saved as UTF-8 "
+         f"(convert it, e.g. `iconv -f GBK -t UTF-8 {path.name} > {path.stem}.utf8{path.suffix}`, "
+         f"and point {BLUEPRINT_KEY} at the result)"]
+    )
+
+
+def _decode(path: Path, data: bytes) -> str:
+    """The file's text: UTF-8 (a byte-order mark is fine), never a guess at another encoding."""
+    for bom, encoding in BOMS:
+        if data.startswith(bom):
+            raise _not_text(path, f"is {encoding} text (it starts with a {encoding} byte-order mark), not UTF-8")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise _not_text(
+            path, f"is not UTF-8 text: byte 0x{data[error.start]:02x} at line {line} column {column} is not UTF-8 "
+            "(a file saved as GBK/GB18030 or Latin-1, or a binary file)"
+        ) from None
+    control = next((c for c in text if (ord(c) < 32 and c not in "\t\n\r") or ord(c) == 127), None)
+    if control is not None:
+        offset = text.index(control)
+        raise _not_text(path, f"holds the control character {control!r} at line {text.count(chr(10), 0, offset) + 1} (a binary file?)")
+    return text
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (PyYAML would keep the last one silently)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: the constructor reports it
+            continue
+        line = key_node.start_mark.line + 1
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is given twice (lines {first} and {line}); keep one", key_node.start_mark
+            )
+        seen[key] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict:
+    found: dict = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"key {key!r} is given twice in one object")
+        found[key] = value
+    return found
+
+
 def _parse_file(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
-        raise BlueprintError([f"{NAMESPACE}:blueprint: file {path} does not exist"]) from None
+        raise BlueprintError([f"{BLUEPRINT_KEY}: file {path} does not exist"]) from None
+    except IsADirectoryError:
+        raise BlueprintError([f"{BLUEPRINT_KEY}: {path} is a directory; point it at a GcuResource file"]) from None
     except OSError as error:
-        raise BlueprintError([f"{NAMESPACE}:blueprint: cannot read {path}: {error.strerror}"]) from None
+        raise BlueprintError([f"{BLUEPRINT_KEY}: cannot read {path}: {error.strerror}"]) from None
+    text = _decode(path, data)
     try:
         if path.suffix.lower() == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
+            return json.loads(text, object_pairs_hook=_unique_object)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except json.JSONDecodeError as error:
         raise BlueprintError([f"line {error.lineno} column {error.colno}: not valid JSON: {error.msg}"], str(path)) from None
+    except ValueError as error:  # a key given twice in a JSON object
+        raise BlueprintError([f"not valid JSON: {error}"], str(path)) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
@@ -142,7 +215,7 @@ def load_settings(config: Mapping[str, Any], project_dir: Path, secret_keys: fro
     options, link_settings = _options({k: v for k, v in config.items() if k.startswith(f"{NAMESPACE}:")}, project_dir)
     if options.blueprint and options.spec is not None:
         raise BlueprintError(
-            [f"{NAMESPACE}:blueprint and {NAMESPACE}:spec are both set: keep one "
+            [f"{BLUEPRINT_KEY} and {NAMESPACE}:spec are both set: keep one "
              f"(`pulumi config rm {NAMESPACE}:spec` to use the file)"]
         )
     if options.blueprint:

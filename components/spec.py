@@ -8,7 +8,7 @@ Every model forbids unknown fields: a typo is an error, never silently ignored.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 from pydantic import (
     AfterValidator,
@@ -16,33 +16,172 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    field_validator,
     model_validator,
 )
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-# host[:port]/path/segments, as docker's reference grammar allows (lower-case path).
+
+# The image reference grammar of the kubelet and container runtimes (the distribution
+# reference grammar): [host[:port]/]path[:tag][@digest], where every path component is
+# lower-case alphanumerics joined by one '.', one '_', two '_' or any number of '-'; the
+# host is DNS-like components joined by single dots (upper case allowed), or [IPv6].
+PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+REGISTRY_HOST = re.compile(rf"^(?:{_HOST_COMPONENT}(?:\.{_HOST_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?$")
+IMAGE_PATH = re.compile(rf"^{PATH_COMPONENT}(?:/{PATH_COMPONENT})*$")
+# Digest algorithms container runtimes verify, and their encoded lengths (lower-case hex).
+DIGEST_LENGTHS = {"sha256": 64, "sha384": 96, "sha512": 128}
+DIGEST = re.compile(r"^(sha256|sha384|sha512):([a-f0-9]+)$")
+# The longest image name (repository and path, without tag or digest) the runtimes accept.
+IMAGE_NAME_MAX = 255
+# Kept for image builds (components/images.py): a repository, and an image name without tag or digest.
 REPOSITORY = re.compile(
-    r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$"
+    rf"^(?:{_HOST_COMPONENT}(?:\.{_HOST_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?(?:/{PATH_COMPONENT})*$"
 )
-IMAGE_NAME = re.compile(r"^[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$")
+IMAGE_NAME = IMAGE_PATH
 
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 
-def matching(pattern: re.Pattern, what: str, max_len: int):
-    def check(value: Optional[str]) -> Optional[str]:
-        if value is None:
-            return value
-        if len(value) > max_len or not pattern.match(value):
-            raise ValueError(f"{value!r} is not {what}")
+class _Checked:
+    """A string check that also tells JSON Schema (the editor schema) its pattern and length."""
+
+    def __init__(self, check: Callable[[str], None], pattern: Optional[str] = None, max_len: Optional[int] = None):
+        self._check = check
+        self._json = {k: v for k, v in (("pattern", pattern), ("maxLength", max_len)) if v is not None}
+
+    def _validate(self, value: Any) -> Any:
+        if value is not None:
+            self._check(value)
         return value
 
-    return AfterValidator(check)
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        return AfterValidator(self._validate).__get_pydantic_core_schema__(source, handler)
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> Any:
+        schema = handler(core_schema)
+        schema = handler.resolve_ref_schema(schema)
+        schema.update(self._json)
+        return schema
+
+
+def matching(pattern: re.Pattern, what: str, max_len: int) -> _Checked:
+    def check(value: str) -> None:
+        if len(value) > max_len or not pattern.match(value):
+            raise ValueError(f"{value!r} is not {what}")
+
+    return _Checked(check, pattern.pattern, max_len)
+
+
+# ---------------------------------------------------------------------------- image references
+
+
+def _host_like(component: str) -> bool:
+    """Whether the runtimes read the first part of `component/...` as a registry host (docker's rule)."""
+    return "." in component or ":" in component or component == "localhost" or component.lower() != component
+
+
+def _path_problem(path: str, what: str) -> Optional[str]:
+    for part in path.split("/"):
+        if not re.fullmatch(PATH_COMPONENT, part):
+            if part == "":
+                return f"{what} has an empty part (a leading, trailing or double '/')"
+            return (
+                f"{what} part {part!r} is not valid: use lower-case letters and digits, joined by "
+                "one '.', one '_', two '_' or '-' (so no '..', '._', '-.' and no upper case)"
+            )
+    return None
+
+
+def repository_problem(value: str) -> Optional[str]:
+    """Why `value` cannot prefix an image name (`<value>/<image>`), or None."""
+    first, _, rest = value.partition("/")
+    if _host_like(first):
+        if not REGISTRY_HOST.match(first):
+            return (
+                f"registry host {first!r} is not valid: use DNS names joined by single dots, with an "
+                "optional :port (e.g. registry.example.com:5000); no '..', no scheme such as https://"
+            )
+        return _path_problem(rest, "path") if rest else None
+    return _path_problem(value, "path")
+
+
+def digest_problem(value: str) -> Optional[str]:
+    match = DIGEST.match(value)
+    if match is None:
+        algorithm = value.split(":", 1)[0]
+        if algorithm.lower() in DIGEST_LENGTHS and value != value.lower():
+            return f"digest {value!r} must be lower-case hex"
+        return f"{value!r} is not a digest: use sha256:<64 lower-case hex digits> (or sha384, sha512)"
+    algorithm, encoded = match.groups()
+    if len(encoded) != DIGEST_LENGTHS[algorithm]:
+        return f"a {algorithm} digest has {DIGEST_LENGTHS[algorithm]} hex digits, not {len(encoded)}"
+    return None
+
+
+def is_digest(value: Optional[str]) -> bool:
+    return value is not None and DIGEST.match(value) is not None
+
+
+def _raise_if(problem: Optional[str], value: str, what: str) -> None:
+    if problem is not None:
+        raise ValueError(f"{value!r} is not {what}: {problem}")
+
+
+def _check_repository(value: str) -> None:
+    if len(value) > IMAGE_NAME_MAX:
+        raise ValueError(f"{value[:40]!r}… is not an image repository: longer than {IMAGE_NAME_MAX} characters")
+    _raise_if(repository_problem(value), value, "an image repository such as registry.example.com/team")
+
+
+def _check_image_name(value: str) -> None:
+    if len(value) > IMAGE_NAME_MAX:
+        raise ValueError(f"{value[:40]!r}… is not an image name: longer than {IMAGE_NAME_MAX} characters")
+    if ":" in value.split("@", 1)[0] and "@" not in value:
+        raise ValueError(f"{value!r} is not an image name without tag (lower-case, no ':'): set the tag in `version`")
+    _raise_if(_path_problem(value, "image name"), value, "an image name without tag (lower-case, no ':' or '@')")
+
+
+def _check_image(value: str) -> None:
+    """BaseFields.image: an image name, optionally pinned to a digest (`name@sha256:...`)."""
+    name, at, digest = value.partition("@")
+    if ":" in name:
+        raise ValueError(f"{value!r} is not an image name without tag (lower-case, no ':'): set the tag in `version`")
+    _check_image_name(name)
+    if at:
+        _raise_if(digest_problem(digest), value, "an image name pinned to a digest (name@sha256:<64 hex digits>)")
+
+
+def _check_tag(value: str) -> None:
+    if not IMAGE_TAG.match(value):
+        raise ValueError(f"{value!r} is not an image tag (letters, digits, '_', '.', '-'; at most 128)")
+
+
+def _check_version(value: str) -> None:
+    """BaseFields.version: a tag, or a digest that pins the image (`sha256:<64 hex>`)."""
+    if ":" in value:
+        _raise_if(digest_problem(value), value, "an image tag or digest")
+    elif not IMAGE_TAG.match(value):
+        raise ValueError(
+            f"{value!r} is not an image tag (letters, digits, '_', '.', '-'; at most 128, not starting "
+            "with '.' or '-') or digest (sha256:<64 hex digits>)"
+        )
+
+
+# Loose patterns for editors (JSON Schema); the checks above are exact and say what is wrong.
+_REPOSITORY_HINT = r"^[A-Za-z0-9\[][A-Za-z0-9.:\[\]-]*(/[a-z0-9._-]+)*$"
+_IMAGE_HINT = r"^[a-z0-9][a-z0-9._/-]*(@[a-z0-9]+:[a-f0-9]+)?$"
+_VERSION_HINT = r"^([A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|sha(256|384|512):[a-f0-9]+)$"
+
+
+# ---------------------------------------------------------------------------- other values
 
 
 def _label_key(key: str) -> None:
@@ -61,6 +200,15 @@ def _node_selector(value: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
     return value
 
 
+def _env_name(value: str) -> None:
+    if len(value) > 1024 or not ENV_NAME.match(value):
+        raise ValueError(
+            f"{value!r} is not an environment variable name (letters, digits, '_', '-', '.'; not starting with a digit)"
+        )
+    if value in (".", "..") or value.startswith(".."):
+        raise ValueError(f"{value!r} is not an environment variable name: it must not be '.' or start with '..'")
+
+
 def scalar_to_str(value: Any) -> Any:
     """The CR stores env values and memoryUnit as strings; YAML may hand us numbers."""
     if isinstance(value, bool):
@@ -70,11 +218,18 @@ def scalar_to_str(value: Any) -> Any:
     return value
 
 
+# YAML hands numbers and booleans where the CR has strings; JSON Schema says which inputs are fine.
+Scalar = BeforeValidator(scalar_to_str, json_schema_input_type=Union[str, int, float, bool])
+
 ObjectName = Annotated[Optional[str], matching(DNS1123_SUBDOMAIN, "a lowercase RFC 1123 name (a-z, 0-9, '-', '.')", 253)]
 NamespaceName = Annotated[Optional[str], matching(DNS1123_LABEL, "a lowercase RFC 1123 label (a-z, 0-9, '-'; at most 63)", 63)]
-Repository = Annotated[Optional[str], matching(REPOSITORY, "an image repository such as registry.example.com/team", 255)]
-ImageName = Annotated[Optional[str], matching(IMAGE_NAME, "an image name without tag (lower-case, no ':' or '@')", 255)]
-ImageTag = Annotated[Optional[str], matching(IMAGE_TAG, "an image tag (letters, digits, '_', '.', '-'; at most 128)", 128)]
+Repository = Annotated[Optional[str], _Checked(_check_repository, _REPOSITORY_HINT, IMAGE_NAME_MAX)]
+# An image name without tag or digest (image builds), and BaseFields.image (a digest allowed).
+ImageName = Annotated[Optional[str], _Checked(_check_image_name, IMAGE_PATH.pattern, IMAGE_NAME_MAX)]
+ImageRef = Annotated[Optional[str], _Checked(_check_image, _IMAGE_HINT)]
+# An image tag (image builds), and BaseFields.version (a tag or a digest).
+ImageTag = Annotated[Optional[str], _Checked(_check_tag, IMAGE_TAG.pattern, 128)]
+Version = Annotated[Optional[str], _Checked(_check_version, _VERSION_HINT)]
 NodeSelector = Annotated[Optional[dict[str, str]], AfterValidator(_node_selector)]
 
 
@@ -85,22 +240,38 @@ class Model(BaseModel):
 
 
 class EnvVar(Model):
-    name: Annotated[str, matching(ENV_NAME, "an environment variable name", 1024)]
-    value: Annotated[str, BeforeValidator(scalar_to_str)] = ""
+    name: Annotated[str, _Checked(_env_name, ENV_NAME.pattern, 1024)]
+    value: Annotated[str, Scalar] = ""
 
 
 class BaseFields(Model):
     """BaseFields of the CR: every component and every sub-part has them."""
 
-    not_deploy: bool = Field(False, alias="notDeploy")
-    image: ImageName = None
-    image_pull_policy: Optional[Literal[PULL_POLICIES]] = Field(None, alias="imagePullPolicy")
-    name: ObjectName = None
-    namespace: NamespaceName = None
-    repository: Repository = None
-    version: ImageTag = None
-    env: Optional[list[EnvVar]] = None
-    node_selector: NodeSelector = Field(None, alias="nodeSelector")
+    not_deploy: bool = Field(False, alias="notDeploy", description="true: not deployed (an absent component is not deployed either).")
+    # An image name; `name@sha256:<hex>` pins it to a digest.
+    image: ImageRef = Field(None, description="Image name without tag (default: the component's); `name@sha256:<64 hex>` pins a digest.")
+    image_pull_policy: Optional[Literal[PULL_POLICIES]] = Field(None, alias="imagePullPolicy", description="Default IfNotPresent.")
+    name: ObjectName = Field(None, description="Name of the component's workload and objects (default: gcu-operator's).")
+    namespace: NamespaceName = Field(None, description="Namespace of the component (default: kube-system; Nightingale: enflame).")
+    repository: Repository = Field(None, description="Image repository prefix: the image is <repository>/<image>:<version>.")
+    # A tag, or a digest (`sha256:<64 hex>`) that pins the image: repository/image@sha256:...
+    version: Version = Field(None, description="Image tag (default latest), or a digest sha256:<64 hex> giving <repository>/<image>@sha256:...")
+    env: Optional[list[EnvVar]] = Field(None, description="Environment of the component's containers; each name once, none the stack sets itself.")
+    node_selector: NodeSelector = Field(None, alias="nodeSelector", description="Nodes to run on (GCU agents default to enflame.com/gcu.present=true).")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names_once(cls, env: Optional[list[EnvVar]]) -> Optional[list[EnvVar]]:
+        # A container's env is a map keyed by name for server-side apply: a repeated name is refused there.
+        first: dict[str, int] = {}
+        for index, var in enumerate(env or []):
+            if var.name in first:
+                raise ValueError(
+                    f"[{index}].name: {var.name!r} is already set by env[{first[var.name]}]; "
+                    "a container takes each name once: keep one of them"
+                )
+            first[var.name] = index
+        return env
 
 
 class Metadata(BaseModel):
@@ -118,3 +289,25 @@ class Metadata(BaseModel):
 def deployed(component: Optional[BaseFields]) -> bool:
     """The CR's rule: a component is deployed when its key is present and notDeploy is false."""
     return component is not None and not component.not_deploy
+
+
+def reference_problem(reference: str) -> Optional[str]:
+    """Why the kubelet would refuse this image reference ([host[:port]/]path[:tag][@digest]), or None."""
+    name, at, digest = reference.partition("@")
+    if at:
+        problem = digest_problem(digest)
+        if problem:
+            return problem
+    slash, colon = name.rfind("/"), name.rfind(":")
+    if colon > slash:
+        name, tag = name[:colon], name[colon + 1:]
+        if not IMAGE_TAG.match(tag):
+            return f"tag {tag!r} is not valid (letters, digits, '_', '.', '-'; at most 128, not starting with '.' or '-')"
+    if len(name) > IMAGE_NAME_MAX:
+        return f"its name (without tag or digest) is {len(name)} characters long; the most is {IMAGE_NAME_MAX}"
+    first, sep, rest = name.partition("/")
+    if sep and _host_like(first):
+        if not REGISTRY_HOST.match(first):
+            return f"registry host {first!r} is not valid (DNS names joined by single dots, an optional :port)"
+        return _path_problem(rest, "path")
+    return _path_problem(name, "path")

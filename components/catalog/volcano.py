@@ -11,7 +11,7 @@ from ..config import one_setting
 from ..model import BuildContext, ComponentDef, Extras
 from ..names import DEFAULT_PULL_POLICY, DEFAULT_REPOSITORY, DEFAULT_VERSION
 from ..resolve import ResolvedComponent, effective
-from ..spec import BaseFields
+from ..spec import DNS1035_LABEL, BaseFields, is_digest, reference_problem
 
 PARTS = {"controller": "vc-controller-manager", "admission": "vc-webhook-manager", "scheduler": "vc-scheduler"}
 
@@ -66,9 +66,48 @@ def images(component: ResolvedComponent) -> dict[str, dict[str, str]]:
     return found
 
 
+# The chart names objects after the release: its admission Service `<release>-admission-service`
+# must be a DNS-1035 label (at most 63), so the release name is one of at most 63 - 18 characters.
+SERVICE_SUFFIX = "-admission-service"
+RELEASE_NAME_MAX = 63 - len(SERVICE_SUFFIX)
+
+
+def _release_name_problems(component: ResolvedComponent) -> list[str]:
+    name = component.name
+    if len(name) <= RELEASE_NAME_MAX and DNS1035_LABEL.match(name):
+        return []
+    return [
+        f"{component.name_from}: {name!r} names the Volcano Helm release, and the chart names its admission "
+        f"Service `<name>{SERVICE_SUFFIX}`, a DNS-1035 label: use at most {RELEASE_NAME_MAX} lower-case letters, "
+        "digits and '-', starting with a letter (no '.')"
+    ]
+
+
+def _digest_problems(component: ResolvedComponent) -> list[str]:
+    """The chart builds each image as `<registry>/<image>:<tag>`: it has no place for a digest."""
+    spec, problems = component.spec, []
+    for where, model in (("spec.volcano", spec), *((f"spec.volcano.{p}", getattr(spec, p)) for p in PARTS)):
+        if model is None:
+            continue
+        if is_digest(model.version):
+            problems.append(
+                f"{where}.version: Volcano's chart takes a tag for its three images (`<registry>/<image>:<tag>`), "
+                "not a digest; set a tag"
+            )
+        if model.image and "@" in model.image:
+            problems.append(f"{where}.image: Volcano's chart appends `:<tag>` to the image name, so it cannot carry a digest; drop `@...`")
+    return problems
+
+
 def checks(component: ResolvedComponent, settings: VolcanoSettings) -> list[str]:
-    problems = []
+    problems = _release_name_problems(component) + _digest_problems(component)
     found = images(component)
+    if not problems:
+        for part, image in found.items():
+            reference = f"{image['registry']}/{image['image']}:{image['tag']}"
+            why = reference_problem(reference)
+            if why:
+                problems.append(f"spec.volcano.{part}: the chart's image reference {reference!r} is refused by the kubelet: {why}")
     # Volcano's chart takes one registry, one tag and one pull policy for its three images.
     for key, label in (("registry", "repository host"), ("tag", "version"), ("pullPolicy", "imagePullPolicy")):
         seen = {part: image[key] for part, image in found.items()}
