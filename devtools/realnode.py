@@ -53,8 +53,8 @@ node dies): the kubelet, every container (descendants of this containerd's shims
 anything left in the cgroups of its containers), the shims, containerd, the holder and
 anything else inside the network or mount namespace are killed; the mount namespace dies
 with them (taking every mount made in it); the containers' cgroups are removed; the
-network namespace, veth and route go; ``/run/netns`` is unmounted again when this made it
-and it is empty; the Node object is deleted (optional). ``leftovers()`` lists anything
+network namespace, veth and route go; ``/run/netns`` (which ``ip netns add`` makes a mount) is
+unmounted again by the last real node when a real node made it; the Node object is deleted (optional). ``leftovers()`` lists anything
 still there; tests assert it is empty. Node names are unique per machine: starting a node whose
 name is taken by a running one (its kubelet is alive) is an error; leftovers of a dead one (a
 run killed so hard that its agent died too) are removed first, found by the network namespace.
@@ -129,6 +129,7 @@ CNI_PLUGINS = ("bridge", "host-local", "loopback")
 NODE_PROGRAMS = {"containerd", "containerd-shim-runc-v2", "kubelet", "busybox", "runc", "nsenter", "unshare", "sh"}
 _CLONE_NEWNET = 0x40000000
 _LOCK = CACHE_DIR / "realnode.lock"
+_RUN_NETNS_MARKER = CACHE_DIR / "realnode-made-run-netns"
 
 
 class RealNodeError(ComponentFailed):
@@ -695,7 +696,9 @@ class RealNode:
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
         with open(_LOCK, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            self.state["created_run_netns"] = not _is_mountpoint("/run/netns")
+            if not _is_mountpoint("/run/netns"):
+                # `ip netns add` makes /run/netns a mount: remembered so that the last node to go undoes it
+                _RUN_NETNS_MARKER.write_text("/run/netns was made a mount point by devtools/realnode.py\n")
             used = set()
             out = _run([ip, "-o", "-4", "addr", "show"]).stdout
             for m in re.finditer(r"inet 10\.234\.(\d+)\.", out):
@@ -1357,13 +1360,16 @@ def teardown(st: Mapping, *, delete_node: bool = False, procs: Optional[Mapping[
         time.sleep(0.1)
     else:
         problems.append(f"interface {link} is still there")
-    if st.get("created_run_netns"):
+    if _RUN_NETNS_MARKER.exists():   # the last real node undoes what the first one's `ip netns add` did
         with open(_LOCK, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                if _is_mountpoint("/run/netns") and not os.listdir("/run/netns"):
+                if not _is_mountpoint("/run/netns"):
+                    _RUN_NETNS_MARKER.unlink()
+                elif not os.listdir("/run/netns"):
                     subprocess.run(["umount", "/run/netns"], capture_output=True)
                     os.rmdir("/run/netns")
+                    _RUN_NETNS_MARKER.unlink()
             except OSError:
                 pass
     # 6. the short socket directory, the Node object
@@ -1465,10 +1471,10 @@ def leftovers(st: Mapping) -> dict:
     roots = [r for r in (wd, st.get("short_dir")) if r]
     mounts = [m for m in _mountpoints() if any(m == r or m.startswith(r.rstrip("/") + "/") for r in roots)
               or m.startswith(f"/run/netns/{st['netns']}")]
-    if st.get("created_run_netns") and _is_mountpoint("/run/netns"):
+    if _RUN_NETNS_MARKER.exists() and _is_mountpoint("/run/netns"):
         try:
             if not os.listdir("/run/netns"):
-                mounts.append("/run/netns (made by this node, now empty)")
+                mounts.append("/run/netns (made a mount by a real node, now empty)")
         except OSError:
             pass
     netns = [n for n in (os.listdir("/run/netns") if os.path.isdir("/run/netns") else []) if n == st["netns"]]

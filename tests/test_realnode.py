@@ -309,8 +309,9 @@ def test_containerd_stopped_from_a_pod_comes_back_and_running_pods_keep_running(
     new = node.wait_containerd_restarted(old, timeout=90)
     TIMES["containerd stopped by a pod -> answering again"] = time.monotonic() - started
     assert new != old
-    wait_pod_phase(cluster, node, "default", "restarter")
-    assert "sent" in node.pod_log("default", "restarter")
+    done = wait_pod_phase(cluster, node, "default", "restarter")
+    # (its output may be lost: containerd, which copies it into the log, was just stopped by it)
+    assert done["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
     # the running pod's process is the same one, and the node still runs new pods
     assert _task_pid(node, survivor["status"]["containerStatuses"][0]["containerID"]) == task
     assert os.path.exists(f"/proc/{task}")
