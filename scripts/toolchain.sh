@@ -84,5 +84,5 @@ if [ "$want_pulumi" = 1 ]; then
 fi
 if [ "$build_pulumi" = 1 ] && [ "$want_kube" = 1 ]; then both_side_by_side
 elif [ "$build_pulumi" = 1 ]; then "$PULUMI_SH" build
-elif [ "$want_kube" = 1 ]; then "$KUBE_SH" build
+elif [ "$want_kube" = 1 ]; then "$KUBE_SH" build >&2   # stdout is for export lines only
 fi

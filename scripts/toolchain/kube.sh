@@ -96,7 +96,7 @@ go_env() {
 # ------------------------------------------------------------------------------------------------ apt
 apt_install() {   # apt_install PKG... (never lets a package's postinst start a system service)
   local policy_created=0 rc=0
-  $SUDO apt-get update -qq || warn "apt-get update failed; trying the install anyway"
+  $SUDO apt-get update -qq >&2 || warn "apt-get update failed; trying the install anyway"
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
     $SUDO chmod +x /usr/sbin/policy-rc.d
@@ -161,7 +161,7 @@ kube_step() {
   fi
   for b in "${KUBE_BINS[@]}"; do [ -x "$K8S_BIN/$b" ] || missing+=("$b"); done
   if [ "${#missing[@]}" -eq 0 ]; then timing kubernetes "$(elapsed "$t0")" "v$K8S_VERSION cached (build id $id)"; return; fi
-  log "building ${missing[*]} v$K8S_VERSION from Go modules (devtools/go, build id $id); cold: about 20 min on 2 cores"
+  log "building ${missing[*]} v$K8S_VERSION from Go modules (devtools/go, build id $id); cold: 11 to 17 min on 2 cores"
   tmp="$K8S_BIN/.tmp-$$"
   rm -rf "$tmp"; mkdir -p "$tmp"
   # One go build for all of them: the shared packages compile once and the links run side by side.
