@@ -5,7 +5,7 @@
 1. GcuNodes on a real kube-apiserver with N nodes (GCU and not): wall time and
    write requests (from the API server's audit log) for the first and second apply.
    Targets: first under 20 s, second zero writes.
-2. DockerRuntime on a real dockerd: time to activate with `reload` versus `restart`.
+2. ContainerRuntime on a real dockerd: time to activate with `reload` versus `restart`.
 """
 
 import argparse
@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from components.hoststate.cluster import core_api  # noqa: E402
-from components.hoststate.provider import DockerRuntimeProvider, GcuNodesProvider  # noqa: E402
+from components.hoststate.container_runtime import ContainerRuntimeProvider  # noqa: E402
+from components.hoststate.gcu_nodes import GcuNodesProvider  # noqa: E402
 from realservers import AuditLog, runtime_props, start_dockerd, stop_dockerd  # noqa: E402
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
@@ -89,13 +90,13 @@ def bench_runtime() -> None:
                 Path(dockerd.config_file).write_text(json.dumps({"default-runtime": "runc", "runtimes": {}}))
                 dockerd.reload()
                 time.sleep(0.5)
-                provider = DockerRuntimeProvider()
+                provider = ContainerRuntimeProvider()
                 started = time.perf_counter()
                 outputs = provider.create(runtime_props(dockerd, mode=mode)).outs
                 results[mode] = time.perf_counter() - started
                 assert outputs["active"], outputs
-                provider.delete("docker-runtime", outputs)
-            print("DockerRuntime activation on a real dockerd:")
+                provider.delete("container-runtime", outputs)
+            print("ContainerRuntime activation on a real dockerd (docker nodes):")
             print(f"  reload : {results['reload']:6.2f} s (running containers untouched)")
             print(f"  restart: {results['restart']:6.2f} s (every container on the node disrupted)")
             print(f"  restart/reload ratio: {results['restart'] / results['reload']:.1f}x")

@@ -23,6 +23,7 @@ _TYPED = {
     ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): k8s.apiextensions.v1.CustomResourceDefinition,
+    ("node.k8s.io/v1", "RuntimeClass"): k8s.node.v1.RuntimeClass,
 }
 
 # Top-level manifest keys whose Python argument name differs.

@@ -217,7 +217,8 @@ class StepDef:
 class StepResult:
     resource: "pulumi.Resource"
     done: "pulumi.Output[bool]"
-    outputs: dict = field(default_factory=dict)
+    outputs: dict = field(default_factory=dict)  # stack outputs it contributes
+    facts: dict = field(default_factory=dict)  # plain values later steps may read (e.g. which nodes are GCU nodes)
 
 
 @dataclass(frozen=True)

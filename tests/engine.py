@@ -60,8 +60,10 @@ def stack_config(cluster, dockerd) -> dict[str, auto.ConfigValue]:
 
 
 def write_policy_config(path: Path, dockerd) -> None:
-    # The test's docker lives under temporary directories: allow exactly those for the toolkit.
+    # The test's docker lives under temporary directories: allow exactly those for the toolkit, and
+    # containerd's default directories, which it mounts too while gcu-stack:containerRuntime is auto.
     docker_dirs = sorted({str(Path(dockerd.config_file).parent), str(Path(dockerd.host[len("unix://"):]).parent)})
+    docker_dirs += ["/etc/containerd", "/run/containerd"]
     path.write_text(
         json.dumps(
             {

@@ -20,7 +20,8 @@ from pulumi.runtime.sync_await import _sync_await
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 # Type tokens of the bundled dynamic resources.
 GCU_NODES = "pulumi-python:dynamic/gcu:GcuNodes"
-DOCKER_RUNTIME = "pulumi-python:dynamic/gcu:DockerRuntime"
+GCU_VALIDATION = "pulumi-python:dynamic/gcu:GcuValidation"
+CONTAINER_RUNTIME = "pulumi-python:dynamic/gcu:ContainerRuntime"
 # The seed's default blueprint (shared/seeds/gcu-resource.json), shipped with the project.
 SEED_BLUEPRINT = PROJECT_DIR / "blueprints" / "gcu-resource.json"
 
@@ -37,6 +38,7 @@ class Registration:
     providers: dict[str, str]
     inputs: dict
     outputs: dict = field(default_factory=dict)
+    aliases: list = field(default_factory=list)
 
     @property
     def manifest(self) -> dict:
@@ -58,8 +60,11 @@ class ClusterMocks(pulumi.runtime.Mocks):
         ready: bool = True,
         dynamic: Optional[Callable[[Any], dict]] = None,
         applied: Optional[dict[str, str]] = None,
+        failed_nodes: tuple[str, ...] = (),
     ):
         self.node_count = node_count
+        # GCU nodes that fail post-deploy validation (GcuValidation reports them, as in warn mode).
+        self.failed_nodes = tuple(failed_nodes)
         self.ready = ready
         self.dynamic = dynamic or self.default_dynamic
         # When pulumi-kubernetes last applied an object, by logical name (default: the creation day).
@@ -74,6 +79,8 @@ class ClusterMocks(pulumi.runtime.Mocks):
 
     def default_dynamic(self, args) -> dict:
         """What the bundled providers report on a healthy cluster."""
+        if args.typ.endswith(":GcuValidation"):
+            return self.validation(args)
         if args.typ.endswith(":GcuNodes"):
             return {
                 "nodes": self.node_names,
@@ -82,9 +89,22 @@ class ClusterMocks(pulumi.runtime.Mocks):
                 "managedLabels": {},
                 "drift": [],
             }
-        if args.typ.endswith(":DockerRuntime"):
-            return {"hosts": {}, "active": self.ready, "message": "mock", "drift": []}
+        if args.typ.endswith(":ContainerRuntime"):
+            runtimes = {n: "docker" for n in self.node_names}
+            return {"hosts": {}, "runtimes": runtimes, "unsupported": {}, "active": self.ready, "message": "mock", "drift": []}
         return {}
+
+    def validation(self, args) -> dict:
+        """GcuValidation: every covered node passed (`failed`: these nodes did not, as in warn mode)."""
+        failed = set(self.failed_nodes)
+        results = {
+            n: {"passed": n not in failed, "capacity": n not in failed, "allocatable": None if n in failed else "4",
+                "workload": "not run" if n in failed else "passed", "message": f"{n}: no enflame.com/gcu in allocatable after 120 s" if n in failed else "", "seconds": 1.0}
+            for n in self.node_names
+        }
+        failures = [r["message"] for r in results.values() if not r["passed"]]
+        return {"passed": not failures, "results": results, "skipped": {}, "failures": failures,
+                "validatedAt": "2026-11-20T00:00:00+00:00", "drift": []}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         state = dict(args.inputs)
@@ -143,6 +163,7 @@ class RecordingMonitor(runtime_mocks.MockMonitor):
                 providers=dict(request.providers),
                 inputs=pulumi.runtime.rpc.deserialize_properties(request.object) if request.object else {},
                 outputs=dict(registration.state) if registration is not None and registration.state else {},
+                aliases=[*request.aliases, *request.aliasURNs],
             )
         )
         return response

@@ -9,10 +9,11 @@ PYTHON = sys.executable
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
-def runtime_props(dockerd, mode: str = "reload", nodes=("gcu-node-1", "gcu-node-2"), **overrides) -> dict:
-    """DockerRuntime inputs for the local transport against a test dockerd."""
-    props = {
-        "nodes": list(nodes),
+def runtime_props(dockerd, mode: str = "reload", nodes=("gcu-node-1", "gcu-node-2"), runtime: str = "docker", **docker) -> dict:
+    """ContainerRuntime inputs for docker nodes through the local transport, against a test dockerd."""
+    from components.steps.runtime_activation import ContainerdOptions
+
+    options = {
         "transport": "local",
         "mode": mode,
         # The real runc under another name: containers still start with `enflame` as default.
@@ -21,15 +22,21 @@ def runtime_props(dockerd, mode: str = "reload", nodes=("gcu-node-1", "gcu-node-
         "dockerHost": dockerd.host,
         "pidFile": str(dockerd.pidfile),
         "restartCommand": ["env", f"PYTHONPATH={PROJECT_DIR}", PYTHON, str(PROJECT_DIR / "tests" / "dockerd_restart.py"), str(dockerd.workdir)],
-        "podImage": "unused",
-        "podNamespace": "kube-system",
-        "kubeconfig": None,
-        "context": None,
         "timeoutSeconds": 60,
         "verifySeconds": 10,
+        **docker,
     }
-    props.update(overrides)
-    return props
+    return {
+        "nodes": list(nodes),
+        "runtime": runtime,
+        "docker": options,
+        "containerd": {**ContainerdOptions().model_dump(by_alias=True), "transport": "local"},
+        "podImage": "unused",
+        "podNamespace": "kube-system",
+        "timeoutSeconds": 60,
+        "kubeconfig": None,
+        "context": None,
+    }
 
 
 def reload_count(dockerd) -> int:

@@ -435,7 +435,7 @@ def test_cli_activate_restore_and_refusal(containerd, fresh, tmp_path):
     # The toolkit image ships the two files alone (e.g. /opt/gcu-stack/): run them from such a directory.
     shipped = tmp_path / "opt-gcu-stack"
     shipped.mkdir()
-    for name in ("containerd_host.py", "cri_client.py"):
+    for name in ("containerd_host.py", "cri_client.py", "hostfiles.py"):
         shutil.copy(PROJECT_DIR / "components" / "hoststate" / name, shipped / name)
     script = shipped / "containerd_host.py"
     common = ["--config-toml", str(d.config_file), "--dropin", str(dropin_path(d)), "--address", d.address,

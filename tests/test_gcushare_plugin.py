@@ -12,7 +12,7 @@ def test_gcushare_plugin_gets_memory_unit_and_takes_the_device_plugin_place(full
     container = pod_spec(ds)["containers"][0]
     assert "--memory-unit=1" in container["args"]
     assert "kubernetes.io/hostname" not in json.dumps(pod_spec(ds).get("affinity", {}))
-    runtime = full.of_type("pulumi-python:dynamic/gcu:DockerRuntime")[0].urn
+    runtime = full.of_type("pulumi-python:dynamic/gcu:ContainerRuntime")[0].urn
     assert runtime in ds.dependencies
     assert ds.urn in full.one("DaemonSet", "enflame-gcu-exporter").dependencies
     assert not [r for r in full.k8s() if r.k8s_name == "enflame-gcu-k8s-plugin"]

@@ -95,12 +95,14 @@ def test_toolkit_build_feeds_its_daemonset_and_the_activation_pod(project):
     (image,) = result.of_type(IMAGE)
     assert image.inputs["build"]["args"]["BASE_IMAGE"] == "python:3.11-slim"
     context = Path(image.inputs["build"]["context"])
-    assert (context / "runtime_host.py").read_bytes() == (
-        Path(__file__).resolve().parent.parent / "components" / "hoststate" / "runtime_host.py"
-    ).read_bytes()
+    # The node code, exactly as the provider runs it, goes into the image.
+    from components.hoststate import HERE, NODE_FILES
+
+    for name in NODE_FILES:
+        assert (context / "node-code" / name).read_bytes() == (HERE / name).read_bytes(), name
     (container,) = containers(result.one("DaemonSet", "enflame-gcu-docker-plugin"))
     assert container["image"] == image.outputs["repoDigest"]
-    (runtime,) = [r for r in result.registrations if r.type.endswith(":DockerRuntime")]
+    (runtime,) = [r for r in result.registrations if r.type.endswith(":ContainerRuntime")]
     assert runtime.inputs["podImage"] == image.outputs["repoDigest"]
 
 

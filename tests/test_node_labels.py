@@ -16,7 +16,7 @@ from components.hoststate.node_labels import (
     plan_node,
     wanted_labels,
 )
-from components.hoststate.provider import GcuNodesProvider
+from components.hoststate.gcu_nodes import GcuNodesProvider
 from realservers import AuditLog
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"

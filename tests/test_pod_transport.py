@@ -1,43 +1,80 @@
-"""The pod transport: the activation pod it creates and how it reads the pod's answer."""
+"""The transports (components/hoststate/transports.py): the runtime pod each runtime gets, and how its answer is read."""
 
 import kubernetes_validate
 import pytest
 
-from components.hoststate.transports import ENTRYPOINT, PodTransport, RuntimeSettings, parse_result, transport_for
+from components.hoststate import NODE_CODE_DIR
+from components.hoststate.transports import LocalTransport, PodTransport, parse_result, transport_for
+from components.steps.runtime_activation import ContainerdOptions, DockerRuntimeOptions
+from k8s_schema import KUBERNETES_VERSION
 
 PROPS = {
-    "transport": "pod",
-    "daemonJson": "/etc/docker/daemon.json",
-    "dockerHost": "unix:///var/run/docker.sock",
-    "pidFile": "/run/docker.pid",
-    "restartCommand": ["systemctl", "restart", "docker"],
+    "docker": {**DockerRuntimeOptions().model_dump(by_alias=True), "pidFile": "/run/docker.pid"},
+    "containerd": ContainerdOptions().model_dump(by_alias=True),
     "podImage": "registry.local/gcu/gcu-runtime:1.0",
     "podNamespace": "kube-system",
     "timeoutSeconds": 120,
 }
 
 
+def argument(command: list, flag: str) -> str:
+    return command[command.index(flag) + 1]
+
+
 def test_one_host_per_node():
     assert PodTransport.hosts(["b", "a"]) == {"a": ["a"], "b": ["b"]}
 
 
-def test_activation_pod_is_pinned_privileged_and_mounts_what_the_command_uses():
-    transport = transport_for(PROPS)
-    pod = transport.pod_manifest("gcu-node-7", ["activate", "--mode", "reload", "--runtime-path", "/usr/local/enflame/bin/rt"])
-    kubernetes_validate.validate(pod, "1.25.0", strict=True)
+def test_docker_pod_is_pinned_privileged_and_mounts_what_the_command_uses():
+    transport = transport_for(PROPS, "docker")
+    pod = transport.pod_manifest("gcu-node-7", transport.backend.arguments("activate", "gcu-node-7", None))
+    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
     spec = pod["spec"]
     assert spec["nodeName"] == "gcu-node-7" and spec["hostPID"] is True and spec["restartPolicy"] == "Never"
     (container,) = spec["containers"]
     assert container["image"] == PROPS["podImage"]
-    assert container["command"][:2] == ["python3", ENTRYPOINT]
     command = container["command"]
-    assert command[command.index("--daemon-json") + 1] == "/host/etc/docker/daemon.json"
-    assert command[command.index("--docker-host") + 1] == "unix:///host/var/run/docker.sock"
-    assert command[command.index("--pid-file") + 1] == "/host/run/docker.pid"
-    assert command[command.index("--restart-command") + 1] == "nsenter -t 1 -m -u -i -n -p -- systemctl restart docker"
+    assert command[:3] == ["python3", f"{NODE_CODE_DIR}/runtime_host.py", "activate"]
+    assert argument(command, "--daemon-json") == "/host/etc/docker/daemon.json"
+    assert argument(command, "--docker-host") == "unix:///host/var/run/docker.sock"
+    assert argument(command, "--pid-file") == "/host/run/docker.pid"
+    assert argument(command, "--restart-command") == "nsenter -t 1 -m -u -i -n -p -- systemctl restart docker"
+    assert argument(command, "--runtime-path") == "/usr/local/enflame/bin/enflame-container-runtime"
     mounted = {v["hostPath"]["path"] for v in spec["volumes"]}
     assert mounted == {"/etc/docker", "/var/run", "/run"}
     assert {m["mountPath"] for m in container["volumeMounts"]} == {"/host/etc/docker", "/host/var/run", "/host/run"}
+
+
+def test_containerd_pod_runs_the_containerd_module_with_host_paths_under_host_root():
+    transport = transport_for(PROPS, "containerd")
+    pod = transport.pod_manifest("gcu-node-8", transport.backend.arguments("restore", "gcu-node-8", {"written": None}))
+    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+    (container,) = pod["spec"]["containers"]
+    command = container["command"]
+    assert command[:3] == ["python3", f"{NODE_CODE_DIR}/containerd_host.py", "restore"]
+    # containerd_host keeps host paths in its arguments and files, and reads them under --host-root.
+    assert argument(command, "--config-toml") == "/etc/containerd/config.toml"
+    assert argument(command, "--host-root") == "/host"
+    assert argument(command, "--restart-command") == "nsenter -t 1 -m -u -i -n -p -- systemctl restart containerd"
+    assert argument(command, "--state-json") == '{"written": null}'
+    # Mounts follow the runtime actually used: containerd's config directory and socket, nothing of docker's.
+    assert {v["hostPath"]["path"] for v in pod["spec"]["volumes"]} == {"/etc/containerd", "/run/containerd"}
+
+
+def test_set_default_off_reaches_the_node():
+    props = {**PROPS, "containerd": {**PROPS["containerd"], "setDefaultRuntime": False}}
+    transport = transport_for(props, "containerd")
+    assert "--no-default" in transport.backend.arguments("activate", "n", None)
+
+
+def test_local_transport_is_one_host_per_runtime():
+    local = {**PROPS, "docker": {**PROPS["docker"], "transport": "local"}, "containerd": {**PROPS["containerd"], "transport": "local"}}
+    docker, containerd = transport_for(local, "docker"), transport_for(local, "containerd")
+    assert isinstance(docker, LocalTransport) and isinstance(containerd, LocalTransport)
+    # "local" is the key an earlier release recorded for docker: kept, so its state still matches.
+    assert docker.hosts(["b", "a"]) == {"local": ["a", "b"]}
+    assert containerd.hosts(["c"]) == {"local-containerd": ["c"]}
+    assert docker.hosts([]) == {}
 
 
 def test_result_is_the_last_json_line_and_errors_name_the_node():
@@ -46,8 +83,3 @@ def test_result_is_the_last_json_line_and_errors_name_the_node():
         parse_result("n", '{"error": "node n: /etc/docker/daemon.json is not valid JSON (line 1)"}')
     with pytest.raises(RuntimeError, match="printed no result"):
         parse_result("n", "Traceback ...\n")
-
-
-def test_settings_come_from_inputs_only():
-    settings = RuntimeSettings.from_inputs(PROPS)
-    assert settings.restart_command == ("systemctl", "restart", "docker")

@@ -40,7 +40,7 @@ POLICY = {p.name: p for p in ALL_POLICIES}
 GCU_REPO = "artifact.enflame.cn/galaxy_docker_hub/gcu"
 ENFLAME_REPO = "artifact.enflame.cn/enflame_docker_images/enflame"
 PINNED = f"{GCU_REPO}/gcu-plugin:1.4.2"
-DOCKER_RUNTIME = "pulumi-python:dynamic/gcu:DockerRuntime"
+CONTAINER_RUNTIME = "pulumi-python:dynamic/gcu:ContainerRuntime"
 TYPES = {
     "Pod": "kubernetes:core/v1:Pod",
     "DaemonSet": "kubernetes:apps/v1:DaemonSet",
@@ -178,8 +178,8 @@ def test_registries_match_whole_path_segments_and_bare_names():
 
 def test_registries_check_the_docker_runtime_activation_image():
     props = {"podImage": "quay.io/someone/gcu-runtime:1", "nodes": []}
-    one(check("allowed-image-registries", props, type_=DOCKER_RUNTIME, name="docker-runtime"), "activation pod")
-    assert check("allowed-image-registries", {"podImage": PINNED}, type_=DOCKER_RUNTIME) == []
+    one(check("allowed-image-registries", props, type_=CONTAINER_RUNTIME, name="container-runtime"), "activation pod")
+    assert check("allowed-image-registries", {"podImage": PINNED}, type_=CONTAINER_RUNTIME) == []
 
 
 def test_registries_config_replaces_the_default_list():
@@ -367,7 +367,7 @@ def test_rbac_exempt_roles_config():
 
 def gcu_chain(*extra_components, wait=True):
     """A DockerRuntime and the DaemonSets of a chain; the device plugin waits for the runtime, the rest for it."""
-    runtime = stack_resource({"podImage": PINNED}, "docker-runtime", type_=DOCKER_RUNTIME)
+    runtime = stack_resource({"podImage": PINNED}, "container-runtime", type_=CONTAINER_RUNTIME)
     toolkit = stack_resource(workload(component="toolkit"))
     runtime.dependencies.append(toolkit)
     plugin = stack_resource(workload(component="devicePlugin"), depends=[runtime] if wait else [])
@@ -381,7 +381,7 @@ def test_composition_passes_for_the_seed_chain():
 
 def test_composition_rejects_both_device_plugins():
     resources = gcu_chain() + [stack_resource(workload(component="gcusharePlugin"))]
-    found = check_stack("gcu-stack-composition", [r for r in resources if r.resource_type != DOCKER_RUNTIME])
+    found = check_stack("gcu-stack-composition", [r for r in resources if r.resource_type != CONTAINER_RUNTIME])
     one(found, "devicePlugin and gcusharePlugin are deployed together", "`notDeploy: true`")
     assert found[0][1] == resources[-1].urn
 
@@ -390,12 +390,12 @@ def test_composition_requires_waiting_for_the_docker_runtime():
     found = check_stack("gcu-stack-composition", gcu_chain("exporter", wait=False))
     assert len(found) == 2
     assert "DaemonSet kube-system/enflame-gcu-devicePlugin (devicePlugin) does not wait" in found[0][0]
-    assert "(exporter)" in found[1][0] and "make it depend on the DockerRuntime resource" in found[1][0]
+    assert "(exporter)" in found[1][0] and "make it depend on the ContainerRuntime resource" in found[1][0]
 
 
 def test_composition_without_docker_runtime_and_with_config():
     chain = gcu_chain("exporter", wait=False)
-    assert check_stack("gcu-stack-composition", [r for r in chain if r.resource_type != DOCKER_RUNTIME]) == []
+    assert check_stack("gcu-stack-composition", [r for r in chain if r.resource_type != CONTAINER_RUNTIME]) == []
     config = {"runtimeIndependentComponents": ["nfd", "driver", "toolkit", "devicePlugin", "exporter"],
               "exclusiveComponents": [["nfd", "toolkit"]]}
     one(check_stack("gcu-stack-composition", chain, config), "nfd and toolkit")
@@ -405,7 +405,7 @@ def test_composition_survives_dependency_cycles():
     a = stack_resource(workload(component="exporter"), "a")
     b = stack_resource(workload(component="gfd"), "b", depends=[a])
     a.dependencies.append(b)
-    runtime = stack_resource({}, "docker-runtime", type_=DOCKER_RUNTIME)
+    runtime = stack_resource({}, "container-runtime", type_=CONTAINER_RUNTIME)
     assert len(check_stack("gcu-stack-composition", [a, b, runtime])) == 2
 
 
@@ -498,7 +498,7 @@ def mutations(value, path=()):
 
 
 def type_of(props):
-    return TYPES.get(props.get("kind"), DOCKER_RUNTIME)
+    return TYPES.get(props.get("kind"), CONTAINER_RUNTIME)
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.get("kind", "DockerRuntime"))
@@ -640,7 +640,7 @@ def violations(resources) -> dict[str, list[str]]:
 ], ids=["seed", "seed-driver-own-namespace"])
 def test_program_objects_have_no_mandatory_violation(config):
     resources = policy_resources(run_program(config))
-    assert any(r.resource_type == DOCKER_RUNTIME for r in resources)
+    assert any(r.resource_type == CONTAINER_RUNTIME for r in resources)
     found = violations(resources)
     mandatory = {name: messages for name, messages in found.items() if POLICY[name].enforcement_level != EnforcementLevel.ADVISORY}
     assert mandatory == {}

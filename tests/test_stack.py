@@ -1,6 +1,6 @@
 """The stack (components/stack.py): each link waits for the objects of its nearest deployed predecessors."""
 
-from harness import DOCKER_RUNTIME, GCU_NODES, SEED_BLUEPRINT, run_program, seed_spec
+from harness import CONTAINER_RUNTIME, GCU_NODES, SEED_BLUEPRINT, run_program, seed_spec
 
 
 
@@ -14,8 +14,8 @@ def label(run, registration):
     """A chain link's name: the component owning a workload, or the bundled provider resource."""
     if registration.type == GCU_NODES:
         return "gcuNodes"
-    if registration.type == DOCKER_RUNTIME:
-        return "dockerRuntime"
+    if registration.type == CONTAINER_RUNTIME:
+        return "containerRuntime"
     if registration.inputs.get("kind") in ("DaemonSet", "Deployment"):
         return run.by_urn(registration.parent).name
     return None
@@ -38,16 +38,16 @@ def test_seed_order_nfd_nodes_toolkit_runtime_device_plugin_then_exporter_and_gf
     assert depends(run, run.single(GCU_NODES)) == {"nfd"}
     assert waits_for(run, "toolkit") == {"gcuNodes"}  # the driver is not deployed
     # After the toolkit's DaemonSet; its node list comes from GcuNodes.
-    assert depends(run, run.single(DOCKER_RUNTIME)) == {"toolkit", "gcuNodes"}
+    assert depends(run, run.single(CONTAINER_RUNTIME)) == {"toolkit", "gcuNodes"}
     # The device plugin must not start before the runtime is active.
-    assert waits_for(run, "devicePlugin") == {"dockerRuntime"}
+    assert waits_for(run, "devicePlugin") == {"containerRuntime"}
     assert waits_for(run, "exporter") == {"devicePlugin"}
     assert waits_for(run, "gfd") == {"devicePlugin"}
 
 
 def test_both_provider_resources_come_before_the_device_plugin_and_are_children():
     run = run_program({"blueprint": str(SEED_BLUEPRINT)})
-    assert run.by_urn(run.single(DOCKER_RUNTIME).parent).name == "toolkit"
+    assert run.by_urn(run.single(CONTAINER_RUNTIME).parent).name == "toolkit"
     assert run.by_urn(run.single(GCU_NODES).parent).type == "gcu:stack:GcuResource"
 
 
@@ -59,13 +59,13 @@ def test_driver_slots_in_between_gcu_nodes_and_toolkit():
 
 def test_skipping_the_device_plugin_makes_exporter_wait_for_the_runtime():
     run = run_program({"spec": seed_spec(**{"devicePlugin.notDeploy": True})})
-    assert waits_for(run, "exporter") == {"dockerRuntime"}
-    assert waits_for(run, "gfd") == {"dockerRuntime"}
+    assert waits_for(run, "exporter") == {"containerRuntime"}
+    assert waits_for(run, "gfd") == {"containerRuntime"}
 
 
 def test_without_toolkit_there_is_no_runtime_step():
     run = run_program({"spec": seed_spec(**{"toolkit.notDeploy": True})})
-    assert run.of_type(DOCKER_RUNTIME) == []
+    assert run.of_type(CONTAINER_RUNTIME) == []
     assert waits_for(run, "devicePlugin") == {"gcuNodes"}
 
 
@@ -92,14 +92,14 @@ def test_inline_kubeconfig_is_a_secret_in_provider_inputs():
     from pulumi.runtime.rpc import _special_sig_key, _special_secret_sig
 
     # It reaches the engine marked secret, so state keeps it encrypted.
-    for type_ in (GCU_NODES, DOCKER_RUNTIME):
+    for type_ in (GCU_NODES, CONTAINER_RUNTIME):
         value = run.single(type_).inputs["kubeconfig"]
         assert value[_special_sig_key] == _special_secret_sig
 
 
 def test_empty_spec_declares_no_provider_resources():
     run = run_program({"spec": {}})
-    assert run.of_type(GCU_NODES) == [] and run.of_type(DOCKER_RUNTIME) == []
+    assert run.of_type(GCU_NODES) == [] and run.of_type(CONTAINER_RUNTIME) == []
     assert run.outputs["clusterGCUNodes"] == []
 
 
@@ -107,5 +107,5 @@ def test_bundled_resources_use_an_explicit_provider_not_the_config_carrying_defa
     run = run_program({"blueprint": str(SEED_BLUEPRINT)})
     (provider,) = run.of_type("pulumi:providers:pulumi-python")
     assert provider.inputs == {}
-    for type_ in (GCU_NODES, DOCKER_RUNTIME):
+    for type_ in (GCU_NODES, CONTAINER_RUNTIME):
         assert run.single(type_).provider.startswith(provider.urn + "::")

@@ -1,6 +1,6 @@
 """The GCU-node step (components/steps/gcu_nodes.py) under mocks: its inputs, outputs and place in the stack."""
 
-from harness import DOCKER_RUNTIME, GCU_NODES, SEED_BLUEPRINT, ClusterMocks, run_program, seed_spec
+from harness import CONTAINER_RUNTIME, GCU_NODES, SEED_BLUEPRINT, ClusterMocks, run_program, seed_spec
 
 
 
@@ -11,8 +11,9 @@ def test_seed_declares_both_provider_resources_with_readable_type_names():
     assert nodes.inputs["components"] == ["devicePlugin", "exporter", "gfd", "toolkit"]
     assert nodes.inputs["requireDriver"] is True  # the seed does not deploy the driver
     assert nodes.inputs["driverLabel"] == "enflame.com/gcu.driver.present=true"
-    runtime = run.single(DOCKER_RUNTIME)
-    assert runtime.inputs["mode"] == "reload" and runtime.inputs["transport"] == "pod"
+    runtime = run.single(CONTAINER_RUNTIME)
+    assert runtime.inputs["docker"]["mode"] == "reload" and runtime.inputs["docker"]["transport"] == "pod"
+    assert runtime.inputs["containerd"]["mode"] == "restart" and runtime.inputs["runtime"] == "auto"
     assert runtime.inputs["podImage"] == "artifact.enflame.cn/galaxy_docker_hub/gcu/gcu-runtime:latest"
     assert runtime.inputs["nodes"] == ["gcu-node-1", "gcu-node-2", "gcu-node-3"]
     assert "__provider" in runtime.inputs

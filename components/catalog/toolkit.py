@@ -1,42 +1,91 @@
 """The GCU container runtime (toolkit): installs the enflame runtime on every GCU node.
 
-Its step (`then`) makes that runtime docker's default on each node
-(components/steps/runtime_activation.py); the device plugin waits for the step.
+Its step (`then`) activates that runtime through each node's container runtime, docker or
+containerd (components/steps/runtime_activation.py); the device plugin waits for the step.
+The toolkit's own pods do the same at start, so nodes that join later get the runtime too.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import shlex
 
-from ..hoststate import runtime_host
-from ..model import BuildContext, ComponentDef, ContainerDef, Extras, HostMount, ImageDef, PodAdditions, Resources
+from ..hoststate import HERE as NODE_CODE, NODE_FILES, runtime_host
+from ..hoststate.transports import HOST_ROOT, IN_HOST, ContainerdBackend, DockerBackend
+from ..manifests import labels, metadata
+from ..model import BuildContext, ComponentDef, ContainerDef, Extras, HostMount, ImageDef, PodAdditions, RbacDef, Resources
 from ..resolve import ResolvedComponent
-from ..steps.runtime_activation import RUNTIME_ACTIVATION
+from ..steps.runtime_activation import RUNTIME_ACTIVATION, RuntimeSettings
 from .common import GCU_LOGS, TOPSCLOUD_HINT, one
 
-RUNTIME_HOST = Path(runtime_host.__file__).resolve()
+RUNTIME_CLASS = runtime_host.RUNTIME_NAME  # pods may ask for it by name: runtimeClassName: enflame
+
+
+def _environment(settings: RuntimeSettings) -> dict[str, str]:
+    """What the image's entrypoint (node_runtime.py) reads, for each runtime this stack may meet."""
+    inside = runtime_host.in_container
+    env = {"CONTAINER_RUNTIME": settings.container_runtime}
+    if "docker" in settings.runtimes():
+        docker = settings.docker_runtime
+        env.update(
+            {
+                "RUNTIME_ACTIVATION": docker.mode,
+                "ENFLAME_RUNTIME_PATH": docker.runtime_path,
+                "DAEMON_JSON": inside(docker.daemon_json),
+                "DOCKER_HOST": "unix://" + inside(docker.docker_host[len("unix://"):]),
+                "DOCKER_PID_FILE": inside(docker.pid_file),
+                # hostPID: the host's init restarts docker, not this container.
+                "DOCKER_RESTART_COMMAND": shlex.join([*IN_HOST, *docker.restart_command]),
+            }
+        )
+    if "containerd" in settings.runtimes():
+        containerd = settings.containerd
+        env.update(
+            {
+                "CONTAINERD_ACTIVATION": containerd.mode,
+                "CONTAINERD_CONFIG": containerd.config_toml,
+                "CONTAINERD_DROPIN": containerd.dropin,
+                "CONTAINERD_ADDRESS": containerd.address,
+                "CONTAINERD_RESTART_COMMAND": shlex.join([*IN_HOST, *containerd.restart_command]),
+                "CONTAINERD_SET_DEFAULT": "true" if containerd.set_default_runtime else "false",
+                "HOST_ROOT": HOST_ROOT,
+            }
+        )
+        env.setdefault("ENFLAME_RUNTIME_PATH", containerd.runtime_path)
+    return env
+
+
+def _directories(settings: RuntimeSettings) -> list[str]:
+    """The host directories of the runtimes' files this stack may change: mounted under /host, nothing more."""
+    found: set[str] = set()
+    if "docker" in settings.runtimes():
+        found |= set(DockerBackend(settings.docker_runtime.model_dump(by_alias=True)).directories())
+    if "containerd" in settings.runtimes():
+        found |= set(ContainerdBackend(settings.containerd.model_dump(by_alias=True)).directories())
+    return sorted(found)
+
+
+def runtime_class(component: ResolvedComponent, instance: str) -> dict:
+    """RuntimeClass `enflame`: pods can ask for the runtime explicitly, whatever the nodes' default."""
+    return {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": metadata(RUNTIME_CLASS, None, labels(component, instance)),
+        "handler": RUNTIME_CLASS,
+    }
 
 
 def extras(component: ResolvedComponent, context: BuildContext) -> Extras:
-    # The image's entrypoint (runtime_host.py) activates the runtime on its node at start, so
-    # nodes that join later need no `pulumi up`. Host paths are mounted under /host.
-    runtime = context.settings.docker_runtime
+    settings: RuntimeSettings = context.settings
     inside = runtime_host.in_container
-    directories = runtime_host.host_directories(runtime.daemon_json, runtime.docker_host, runtime.pid_file)
     return Extras(
+        objects=[runtime_class(component, context.instance)],
         pod=PodAdditions(
-            env={
-                "RUNTIME_ACTIVATION": runtime.mode,
-                "ENFLAME_RUNTIME_PATH": runtime.runtime_path,
-                "DAEMON_JSON": inside(runtime.daemon_json),
-                "DOCKER_HOST": "unix://" + inside(runtime.docker_host[len("unix://"):]),
-                "DOCKER_PID_FILE": inside(runtime.pid_file),
-            },
+            env=_environment(settings),
             mounts=tuple(
-                HostMount(f"docker-host-{i}", d, inside(d), read_only=False, type="DirectoryOrCreate")
-                for i, d in enumerate(directories)
+                HostMount(f"runtime-host-{i}", d, inside(d), read_only=False, type="DirectoryOrCreate")
+                for i, d in enumerate(_directories(settings))
             ),
-        )
+        ),
     )
 
 
@@ -49,18 +98,20 @@ TOOLKIT = ComponentDef(
     workloads=one(
         ContainerDef(
             name="gcu-runtime",
-            # Privileged: it installs the enflame runtime on the host and rewrites docker's daemon.json.
+            # Privileged: it installs the enflame runtime on the host and rewrites the container runtime's config.
             privileged=True,
-            # Plus the directories of daemon.json, docker.sock and docker.pid (extras, from the settings).
+            # Plus the directories of the runtimes' config files and sockets (extras, from the settings).
             mounts=(
                 HostMount("runtime-install", "/usr/local/enflame", "/host/usr/local/enflame", read_only=False, type="DirectoryOrCreate"),
                 GCU_LOGS,
             ),
             resources=Resources("50m", "64Mi", "500m", "256Mi"),
         ),
-        host_pid=True,  # to signal the host's dockerd after changing its runtime config
+        host_pid=True,  # to restart or signal the host's container runtime after changing its config
     ),
-    settings=RUNTIME_ACTIVATION.settings,
+    # Its node's container runtime, when gcu-stack:containerRuntime is auto: nodes/get, nothing else.
+    rbac=RbacDef(rules=({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},)),
+    settings=RuntimeSettings,
     extras=extras,
     then=RUNTIME_ACTIVATION,
     image=ImageDef(
@@ -69,8 +120,8 @@ TOOLKIT = ComponentDef(
         binary="enflame-container-runtime",
         dockerfile="toolkit",
         entrypoint="/usr/local/bin/gcu-runtime-entrypoint",
-        # runtime_host.py needs Python >= 3.7: ubuntu:18.04 has 3.6.
-        base_image="ubuntu:20.04",
-        extra_files=(("runtime_host.py", RUNTIME_HOST),),
+        # The node code needs Python >= 3.11 (tomllib, for containerd's config).
+        base_image="ubuntu:24.04",
+        extra_files=tuple((f"node-code/{name}", NODE_CODE / name) for name in NODE_FILES),
     ),
 )

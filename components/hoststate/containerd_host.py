@@ -35,7 +35,6 @@ drop-in holds only the runtime.
 from __future__ import annotations
 
 import argparse
-import base64
 import copy
 import datetime
 import fnmatch
@@ -48,16 +47,18 @@ import shlex
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 try:
-    from . import cri_client
-except ImportError:  # run as a script (pod, toolkit image): cri_client.py sits next to this file
+    from . import cri_client, hostfiles
+except ImportError:  # run as a script (pod, toolkit image): cri_client.py and hostfiles.py sit next to this file
     import cri_client  # type: ignore[no-redef]
+    import hostfiles  # type: ignore[no-redef]
+
+b64, unb64 = hostfiles.b64, hostfiles.unb64
 
 RUNTIME_NAME = "enflame"
 RUNTIME_TYPE = "io.containerd.runc.v2"
@@ -103,14 +104,6 @@ def host_directories(settings: ContainerdSettings) -> list[str]:
 
 def _socket_path(address: str) -> str:
     return address[len("unix://"):] if address.startswith("unix://") else address
-
-
-def b64(content: Optional[bytes]) -> Optional[str]:
-    return None if content is None else base64.b64encode(content).decode("ascii")
-
-
-def unb64(text: Optional[str]) -> Optional[bytes]:
-    return None if text is None else base64.b64decode(text)
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -562,51 +555,16 @@ class ContainerdHost:
 
     def read(self, host_path: str) -> Optional[bytes]:
         try:
-            with open(self.at(host_path), "rb") as handle:
-                return handle.read()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
+            return hostfiles.read(self.at(host_path))
         except OSError as error:
             raise ContainerdConfigError(
                 f"node {self.settings.label}: cannot read {host_path} ({error.strerror or error}); nothing was written"
             ) from None
 
     def write_atomic(self, host_path: str, content: bytes) -> None:
-        target = self.at(host_path)
-        directory = os.path.dirname(target) or "."
-        try:
-            previous = os.stat(target)
-        except FileNotFoundError:
-            previous = None
-        # The temporary name never ends in .toml, so no `conf.d/*.toml` import can pick it up.
-        descriptor, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", dir=directory)
-        try:
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(content)
-                handle.flush()
-                os.fsync(handle.fileno())
-            if previous is None:
-                # A new file (the drop-in, the backup record) may carry config.toml's settings, registry
-                # credentials included: it gets config.toml's mode and owner.
-                try:
-                    previous = os.stat(self.at(self.settings.config_toml))
-                except OSError:
-                    previous = None
-            if previous is not None:
-                os.chmod(temporary, previous.st_mode & 0o7777)
-                os.chown(temporary, previous.st_uid, previous.st_gid)
-            else:
-                os.chmod(temporary, 0o644)
-            os.replace(temporary, target)
-        except BaseException:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-            raise
-        directory_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(directory_fd)
-        finally:
-            os.close(directory_fd)
+        # A new file (the drop-in, the backup record) may carry config.toml's settings, registry
+        # credentials included: it gets config.toml's mode and owner.
+        hostfiles.write_atomic(self.at(host_path), content, like=self.at(self.settings.config_toml))
 
     def put(self, host_path: str, content: Optional[bytes]) -> None:
         if content is None:
@@ -615,10 +573,7 @@ class ContainerdHost:
             self.write_atomic(host_path, content)
 
     def remove(self, host_path: str) -> None:
-        try:
-            os.unlink(self.at(host_path))
-        except FileNotFoundError:
-            pass
+        hostfiles.remove(self.at(host_path))
 
     def make_directories(self, host_directory: str) -> list[str]:
         """Create a directory and missing parents; returns the host paths created, outermost first."""

@@ -13,7 +13,6 @@ Both print one JSON object (the host's state) as their last line of output.
 from __future__ import annotations
 
 import argparse
-import base64
 import http.client
 import json
 import os
@@ -22,10 +21,16 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Optional
+
+try:
+    from . import hostfiles
+except ImportError:  # run as a script (pod, toolkit image): hostfiles.py sits next to this file
+    import hostfiles  # type: ignore[no-redef]
+
+b64, unb64 = hostfiles.b64, hostfiles.unb64
 
 RUNTIME_NAME = "enflame"
 # Where the toolkit image installs the enflame container runtime on the host.
@@ -140,47 +145,15 @@ class LocalHost:
         return self.settings.daemon_json + BACKUP_SUFFIX
 
     def read(self, path: Optional[str] = None) -> Optional[bytes]:
-        try:
-            with open(path or self.settings.daemon_json, "rb") as handle:
-                return handle.read()
-        except FileNotFoundError:
-            return None
+        return hostfiles.read(path or self.settings.daemon_json)
 
     def write_atomic(self, content: bytes, path: Optional[str] = None) -> None:
         target = path or self.settings.daemon_json
-        directory = os.path.dirname(target) or "."
-        os.makedirs(directory, exist_ok=True)
-        try:
-            previous = os.stat(target)
-        except FileNotFoundError:
-            previous = None
-        descriptor, temporary = tempfile.mkstemp(prefix=".daemon.json.", dir=directory)
-        try:
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(content)
-                handle.flush()
-                os.fsync(handle.fileno())
-            if previous is not None:
-                os.chmod(temporary, previous.st_mode & 0o7777)
-                os.chown(temporary, previous.st_uid, previous.st_gid)
-            else:
-                os.chmod(temporary, 0o644)
-            os.replace(temporary, target)
-        except BaseException:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-            raise
-        directory_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(directory_fd)
-        finally:
-            os.close(directory_fd)
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        hostfiles.write_atomic(target, content, like=self.settings.daemon_json)
 
     def remove(self, path: Optional[str] = None) -> None:
-        try:
-            os.unlink(path or self.settings.daemon_json)
-        except FileNotFoundError:
-            pass
+        hostfiles.remove(path or self.settings.daemon_json)
 
     def reload(self) -> None:
         with open(self.settings.pid_file) as handle:
@@ -205,14 +178,6 @@ class LocalHost:
             return None
         finally:
             connection.close()
-
-
-def b64(content: Optional[bytes]) -> Optional[str]:
-    return None if content is None else base64.b64encode(content).decode("ascii")
-
-
-def unb64(text: Optional[str]) -> Optional[bytes]:
-    return None if text is None else base64.b64decode(text)
 
 
 def _signal(host: LocalHost, mode: str) -> None:
@@ -340,10 +305,24 @@ def restore(host: LocalHost, state: dict, mode: str) -> dict:
     return {"restored": changed, "exact": current == written}
 
 
+def inspect(host: LocalHost, state: Optional[dict] = None) -> dict:
+    """For `pulumi refresh`: is daemon.json still what gcu-stack wrote, and is enflame docker's default?"""
+    state = state or {}
+    content = host.read()
+    seen = host.default_runtime()
+    drift = []
+    written = state.get("written")
+    if written is not None and b64(content) != written:
+        drift.append(f"{host.settings.daemon_json} differs from what gcu-stack wrote")
+    if state.get("mode", "reload") != "none" and seen != RUNTIME_NAME:
+        drift.append(f"docker's default runtime is {seen!r}")
+    return {"content": b64(content), "defaultRuntime": seen, "active": seen == RUNTIME_NAME, "drift": drift}
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     defaults = HostSettings()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=("activate", "restore"))
+    parser.add_argument("action", choices=("activate", "restore", "inspect"))
     parser.add_argument("--daemon-json", default=os.environ.get("DAEMON_JSON", defaults.daemon_json))
     parser.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST", defaults.docker_host))
     parser.add_argument("--pid-file", default=os.environ.get("DOCKER_PID_FILE", defaults.pid_file))
@@ -352,7 +331,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     )
     parser.add_argument("--mode", choices=MODES, default=os.environ.get("RUNTIME_ACTIVATION", "reload"))
     parser.add_argument("--runtime-path", default=os.environ.get("ENFLAME_RUNTIME_PATH"))
-    parser.add_argument("--state-json", help="restore: the state printed by activate")
+    parser.add_argument("--state-json", help="restore, inspect: the state printed by activate")
     parser.add_argument("--node", default=os.environ.get("NODE_NAME", socket.gethostname()))
     args = parser.parse_args(argv)
     host = LocalHost(
@@ -369,8 +348,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             if not args.runtime_path:
                 parser.error("activate needs --runtime-path (or ENFLAME_RUNTIME_PATH)")
             result = activate(host, args.runtime_path, args.mode)
-        else:
+        elif args.action == "restore":
             result = restore(host, json.loads(args.state_json or "{}"), args.mode)
+        else:
+            result = inspect(host, {"mode": args.mode, **json.loads(args.state_json or "{}")})
     except (DaemonJsonError, ActivationError) as error:
         print(json.dumps({"error": str(error)}))
         return 1

@@ -1,9 +1,10 @@
-"""How the docker-runtime resource reaches a node's docker.
+"""How the container-runtime resource reaches a node's runtime, for each runtime.
 
-`local`: the machine running Pulumi is the node (single-node clusters, tests).
-`pod`:   a short-lived privileged pod pinned to each node runs runtime_host.py
-         from the toolkit image against the host's daemon.json and dockerd.
-Both run the very same `runtime_host` functions.
+Backends (what to run): `DockerBackend` (runtime_host.py: daemon.json, SIGHUP or restart)
+and `ContainerdBackend` (containerd_host.py: a drop-in, a restart, CRI verification).
+Transports (where): `local` — the machine running Pulumi is the node (single-node
+clusters, tests); `pod` — a short-lived privileged pod pinned to each node runs the very
+same module from the toolkit image against the host's files, mounted under /host.
 """
 
 from __future__ import annotations
@@ -14,102 +15,171 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from . import runtime_host
+from . import NODE_CODE_DIR, containerd_host, runtime_host
 from .cluster import core_api
 
-LOCAL_HOST = "local"
-ENTRYPOINT = "/opt/gcu-stack/runtime_host.py"
+# Host keys of the local transport: one per runtime, since the node is this machine.
+# ("local" is docker's: the key a stack deployed by an earlier release has in its state.)
+LOCAL_HOSTS = {"docker": "local", "containerd": "local-containerd"}
+HOST_ROOT = "/host"
+# hostPID: PID 1 is the host's init, so nsenter reaches the host's systemd (and its restart of the runtime).
+IN_HOST = ("nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--")
+ACTIVATION_POD = "gcu-runtime-activate"
 
 
-@dataclass(frozen=True)
-class RuntimeSettings:
-    """Resource inputs that say where docker's config lives and how to signal it."""
+class DockerBackend:
+    """docker on a node: enflame as the default runtime in daemon.json."""
 
-    daemon_json: str
-    docker_host: str
-    pid_file: str
-    restart_command: tuple[str, ...]
-    verify_seconds: float = 20.0
+    runtime = "docker"
+    script = "runtime_host.py"
 
-    @classmethod
-    def from_inputs(cls, props: dict) -> "RuntimeSettings":
-        return cls(
-            daemon_json=props["daemonJson"],
-            docker_host=props["dockerHost"],
-            pid_file=props["pidFile"],
-            restart_command=tuple(props["restartCommand"]),
-            verify_seconds=float(props.get("verifySeconds") or 20.0),
+    def __init__(self, options: dict):
+        self.options = options
+
+    def settings(self, label: str, inside: bool = False) -> runtime_host.HostSettings:
+        o = self.options
+        place = runtime_host.in_container if inside else (lambda path: path)
+        return runtime_host.HostSettings(
+            daemon_json=place(o["daemonJson"]),
+            docker_host="unix://" + place(o["dockerHost"][len("unix://"):]),
+            pid_file=place(o["pidFile"]),
+            restart_command=[*IN_HOST, *o["restartCommand"]] if inside else list(o["restartCommand"]),
+            label=label,
+            verify_seconds=float(o.get("verifySeconds") or 20.0),
         )
+
+    def directories(self) -> list[str]:
+        o = self.options
+        return runtime_host.host_directories(o["daemonJson"], o["dockerHost"], o["pidFile"])
+
+    # -- on this machine
+    def activate_local(self, label: str) -> dict:
+        return runtime_host.activate(runtime_host.LocalHost(self.settings(label)), self.options["runtimePath"], self.options["mode"])
+
+    def restore_local(self, label: str, state: dict) -> dict:
+        return runtime_host.restore(runtime_host.LocalHost(self.settings(label)), state, self.options["mode"])
+
+    def inspect_local(self, label: str, state: dict) -> dict:
+        return runtime_host.inspect(runtime_host.LocalHost(self.settings(label)), {"mode": self.options["mode"], **state})
+
+    # -- in a pod on the node
+    def arguments(self, action: str, node: str, state: Optional[dict]) -> list[str]:
+        s = self.settings(node, inside=True)
+        argv = [action, "--mode", self.options["mode"], "--daemon-json", s.daemon_json, "--docker-host", s.docker_host,
+                "--pid-file", s.pid_file, "--restart-command", shlex.join(s.restart_command), "--node", node]
+        if action == "activate":
+            argv += ["--runtime-path", self.options["runtimePath"]]
+        if state is not None:
+            argv += ["--state-json", json.dumps(state)]
+        return argv
+
+
+class ContainerdBackend:
+    """containerd on a node: the enflame runtime handler in a drop-in, its default unless turned off."""
+
+    runtime = "containerd"
+    script = "containerd_host.py"
+
+    def __init__(self, options: dict):
+        self.options = options
+
+    def settings(self, label: str, inside: bool = False) -> containerd_host.ContainerdSettings:
+        o = self.options
+        return containerd_host.ContainerdSettings(
+            config_toml=o["configToml"],
+            dropin=o["dropin"],
+            address=o["address"],
+            restart_command=[*IN_HOST, *o["restartCommand"]] if inside else list(o["restartCommand"]),
+            set_default=bool(o["setDefaultRuntime"]),
+            host_root=HOST_ROOT if inside else "",
+            label=label,
+            verify_seconds=float(o.get("verifySeconds") or 30.0),
+            config_version=o.get("configVersion"),
+        )
+
+    def directories(self) -> list[str]:
+        return containerd_host.host_directories(self.settings("-"))
+
+    def _host(self, label: str) -> containerd_host.ContainerdHost:
+        return containerd_host.ContainerdHost(self.settings(label))
+
+    # -- on this machine
+    def activate_local(self, label: str) -> dict:
+        return containerd_host.activate(self._host(label), self.options["runtimePath"], self.options["mode"])
+
+    def restore_local(self, label: str, state: dict) -> dict:
+        return containerd_host.restore(self._host(label), state, self.options["mode"])
+
+    def inspect_local(self, label: str, state: dict) -> dict:
+        return containerd_host.inspect(self._host(label), state, self.options["runtimePath"])
+
+    # -- in a pod on the node
+    def arguments(self, action: str, node: str, state: Optional[dict]) -> list[str]:
+        s = self.settings(node, inside=True)
+        argv = [action, "--mode", self.options["mode"], "--config-toml", s.config_toml, "--dropin", s.dropin,
+                "--address", s.address, "--restart-command", shlex.join(s.restart_command), "--host-root", HOST_ROOT,
+                "--verify-seconds", str(s.verify_seconds), "--node", node, "--runtime-path", self.options["runtimePath"]]
+        if not s.set_default:
+            argv.append("--no-default")
+        if s.config_version:
+            argv += ["--config-version", str(s.config_version)]
+        if state is not None:
+            argv += ["--state-json", json.dumps(state)]
+        return argv
+
+
+BACKENDS = {b.runtime: b for b in (DockerBackend, ContainerdBackend)}
 
 
 class LocalTransport:
-    def __init__(self, settings: RuntimeSettings):
-        self.settings = settings
+    """This machine is the node: every node of one runtime is one host, changed once."""
 
-    @staticmethod
-    def hosts(nodes: list[str]) -> dict[str, list[str]]:
-        # Every node is this one machine: one daemon.json, changed once.
-        return {LOCAL_HOST: sorted(nodes)} if nodes else {}
+    def __init__(self, backend: Any):
+        self.backend = backend
 
-    def _host(self, nodes: list[str]) -> runtime_host.LocalHost:
-        s = self.settings
-        return runtime_host.LocalHost(
-            runtime_host.HostSettings(
-                daemon_json=s.daemon_json,
-                docker_host=s.docker_host,
-                pid_file=s.pid_file,
-                restart_command=list(s.restart_command),
-                label=",".join(nodes) or LOCAL_HOST,
-                verify_seconds=s.verify_seconds,
-            )
-        )
+    def hosts(self, nodes: list[str]) -> dict[str, list[str]]:
+        return {LOCAL_HOSTS[self.backend.runtime]: sorted(nodes)} if nodes else {}
 
-    def activate(self, host: str, nodes: list[str], runtime_path: str, mode: str) -> dict:
-        return runtime_host.activate(self._host(nodes), runtime_path, mode)
+    def activate(self, host: str, nodes: list[str]) -> dict:
+        return self.backend.activate_local(",".join(nodes) or host)
 
-    def restore(self, host: str, nodes: list[str], state: dict, mode: str) -> dict:
-        return runtime_host.restore(self._host(nodes), state, mode)
+    def restore(self, host: str, nodes: list[str], state: dict) -> dict:
+        return self.backend.restore_local(",".join(nodes) or host, state)
 
-    def inspect(self, host: str, nodes: list[str]) -> dict:
-        local = self._host(nodes)
-        content = local.read()
-        return {"content": runtime_host.b64(content), "defaultRuntime": local.default_runtime()}
+    def inspect(self, host: str, nodes: list[str], state: dict) -> dict:
+        return self.backend.inspect_local(",".join(nodes) or host, state)
+
+
+@dataclass
+class PodSettings:
+    image: str
+    namespace: str
+    timeout: float
+    kubeconfig: Any
+    context: Optional[str]
 
 
 class PodTransport:
-    """Runs runtime_host.py in a privileged pod on each node and reads its JSON result from the log."""
+    """Runs the backend's module in a privileged pod on each node and reads its JSON result from the log."""
 
-    def __init__(self, settings: RuntimeSettings, props: dict):
-        self.settings = settings
-        self.image = props["podImage"]
-        self.namespace = props["podNamespace"]
-        self.timeout = float(props.get("timeoutSeconds") or 300)
-        self.kubeconfig = props.get("kubeconfig")
-        self.context = props.get("context")
+    def __init__(self, backend: Any, pod: PodSettings):
+        self.backend = backend
+        self.pod = pod
 
     @staticmethod
     def hosts(nodes: list[str]) -> dict[str, list[str]]:
         return {node: [node] for node in sorted(nodes)}
 
     def pod_manifest(self, node: str, argv: list[str]) -> dict:
-        s = self.settings
+        directories = self.backend.directories()
         inside = runtime_host.in_container
-        host_args = [
-            "--daemon-json", inside(s.daemon_json),
-            "--docker-host", "unix://" + inside(s.docker_host[len("unix://"):]),
-            "--pid-file", inside(s.pid_file),
-            # hostPID: PID 1 is the host's init, so nsenter reaches the host's systemd.
-            "--restart-command", "nsenter -t 1 -m -u -i -n -p -- " + shlex.join(s.restart_command),
-            "--node", node,
-        ]
-        directories = runtime_host.host_directories(s.daemon_json, s.docker_host, s.pid_file)
         return {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
-                "generateName": "gcu-runtime-activate-",
-                "namespace": self.namespace,
-                "labels": {"app.kubernetes.io/name": "gcu-runtime-activate", "app.kubernetes.io/part-of": "gcu-stack"},
+                "generateName": f"{ACTIVATION_POD}-",
+                "namespace": self.pod.namespace,
+                "labels": {"app.kubernetes.io/name": ACTIVATION_POD, "app.kubernetes.io/part-of": "gcu-stack"},
             },
             "spec": {
                 "nodeName": node,
@@ -121,17 +191,16 @@ class PodTransport:
                 "containers": [
                     {
                         "name": "activate",
-                        "image": self.image,
-                        "command": ["python3", ENTRYPOINT, *argv, *host_args],
-                        # Privileged: it rewrites the host's daemon.json and signals the host's dockerd.
+                        "image": self.pod.image,
+                        "command": ["python3", f"{NODE_CODE_DIR}/{self.backend.script}", *argv],
+                        # Privileged: it rewrites the runtime's config on the host and restarts or signals it.
                         "securityContext": {"privileged": True},
                         "resources": {
                             "requests": {"cpu": "10m", "memory": "32Mi"},
                             "limits": {"cpu": "200m", "memory": "128Mi"},
                         },
-                        "volumeMounts": [
-                            {"name": f"host-{i}", "mountPath": inside(d)} for i, d in enumerate(directories)
-                        ],
+                        # Exactly the directories of this runtime's files, where the module expects them.
+                        "volumeMounts": [{"name": f"host-{i}", "mountPath": inside(d)} for i, d in enumerate(directories)],
                     }
                 ],
                 "volumes": [
@@ -144,35 +213,35 @@ class PodTransport:
     def _run(self, node: str, argv: list[str]) -> dict:
         from kubernetes.client.exceptions import ApiException
 
-        api = core_api(self.kubeconfig, self.context)
-        created = api.create_namespaced_pod(self.namespace, self.pod_manifest(node, argv), _preload_content=False)
+        api = core_api(self.pod.kubeconfig, self.pod.context)
+        namespace = self.pod.namespace
+        created = api.create_namespaced_pod(namespace, self.pod_manifest(node, argv), _preload_content=False)
         name = json.loads(created.data)["metadata"]["name"]
         try:
-            deadline = time.monotonic() + self.timeout
+            deadline = time.monotonic() + self.pod.timeout
             phase = "Pending"
             while phase not in ("Succeeded", "Failed"):
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"node {node}: runtime activation pod {name} did not finish in {self.timeout:.0f}s")
+                    raise TimeoutError(f"node {node}: runtime pod {name} did not finish in {self.pod.timeout:.0f}s")
                 time.sleep(1)
-                pod = json.loads(api.read_namespaced_pod(name, self.namespace, _preload_content=False).data)
+                pod = json.loads(api.read_namespaced_pod(name, namespace, _preload_content=False).data)
                 phase = (pod.get("status") or {}).get("phase", "Pending")
-            log = api.read_namespaced_pod_log(name, self.namespace, _preload_content=False).data.decode()
+            log = api.read_namespaced_pod_log(name, namespace, _preload_content=False).data.decode()
             return parse_result(node, log)
         finally:
             try:
-                api.delete_namespaced_pod(name, self.namespace, _preload_content=False)
+                api.delete_namespaced_pod(name, namespace, _preload_content=False)
             except ApiException:
                 pass
 
-    def activate(self, host: str, nodes: list[str], runtime_path: str, mode: str) -> dict:
-        return self._run(host, ["activate", "--mode", mode, "--runtime-path", runtime_path])
+    def activate(self, host: str, nodes: list[str]) -> dict:
+        return self._run(host, self.backend.arguments("activate", host, None))
 
-    def restore(self, host: str, nodes: list[str], state: dict, mode: str) -> dict:
-        return self._run(host, ["restore", "--mode", mode, "--state-json", json.dumps(state)])
+    def restore(self, host: str, nodes: list[str], state: dict) -> dict:
+        return self._run(host, self.backend.arguments("restore", host, state))
 
-    def inspect(self, host: str, nodes: list[str]) -> Optional[dict]:
-        # Reading a node's file would take a pod per node on every refresh; refresh keeps the recorded state.
-        return None
+    def inspect(self, host: str, nodes: list[str], state: dict) -> dict:
+        return self._run(host, self.backend.arguments("inspect", host, state))
 
 
 def parse_result(node: str, log: str) -> dict:
@@ -180,14 +249,23 @@ def parse_result(node: str, log: str) -> dict:
     try:
         result = json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError):
-        raise RuntimeError(f"node {node}: runtime activation printed no result; its log:\n{log[-2000:]}") from None
+        raise RuntimeError(f"node {node}: the runtime pod printed no result; its log:\n{log[-2000:]}") from None
     if "error" in result:
         raise RuntimeError(result["error"])
     return result
 
 
-def transport_for(props: dict) -> Any:
-    settings = RuntimeSettings.from_inputs(props)
-    if props["transport"] == "local":
-        return LocalTransport(settings)
-    return PodTransport(settings, props)
+def transport_for(props: dict, runtime: str) -> Any:
+    """The transport for one runtime's nodes, from a ContainerRuntime resource's properties."""
+    options = props[runtime]
+    backend = BACKENDS[runtime](options)
+    if options["transport"] == "local":
+        return LocalTransport(backend)
+    pod = PodSettings(
+        image=props["podImage"],
+        namespace=props["podNamespace"],
+        timeout=float(props.get("timeoutSeconds") or 300),
+        kubeconfig=props.get("kubeconfig"),
+        context=props.get("context"),
+    )
+    return PodTransport(backend, pod)

@@ -10,8 +10,8 @@ import pulumi
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config import one_setting
-from ..hoststate.node_labels import DEFAULT_DRIVER_LABEL
-from ..hoststate.provider import GcuNodes, GcuNodesInputs
+from ..hoststate.node_labels import DEFAULT_DRIVER_LABEL, Selection
+from ..hoststate.gcu_nodes import GcuNodes, GcuNodesInputs
 from ..model import StepContext, StepDef, StepResult
 
 KEY = "gcuNodes"
@@ -64,6 +64,8 @@ def declare(context: StepContext) -> StepResult:
         done=pulumi.Output.from_input(True),
         # A list even before the resource reports (preview, or a provider that omits it).
         outputs={"clusterGCUNodes": resource.nodes.apply(lambda nodes: list(nodes or []))},
+        # How a step reading the live cluster at preview time tells GCU nodes (before this resource reports).
+        facts={"selection": Selection(names=tuple(selection.names), selector=tuple(sorted(selection.selector.items())))},
     )
 
 

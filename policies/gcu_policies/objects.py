@@ -22,7 +22,8 @@ PART_OF = "app.kubernetes.io/part-of"
 COMPONENT = "app.kubernetes.io/component"
 NAME = "app.kubernetes.io/name"
 STACK = "gcu-stack"
-DOCKER_RUNTIME_TYPE = "pulumi-python:dynamic/gcu:DockerRuntime"
+# The resource that activates the enflame runtime on the nodes (DockerRuntime: its name in earlier releases).
+RUNTIME_TYPES = ("pulumi-python:dynamic/gcu:ContainerRuntime", "pulumi-python:dynamic/gcu:DockerRuntime")
 CONTAINER_SECTIONS = ("initContainers", "containers", "ephemeralContainers")
 
 # Where each workload kind keeps its pod template ("" for a Pod: the object is the pod).

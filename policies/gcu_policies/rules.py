@@ -23,7 +23,7 @@ from pulumi_policy import (
 )
 
 from .objects import (
-    DOCKER_RUNTIME_TYPE,
+    RUNTIME_TYPES,
     UNKNOWN,
     Pod,
     as_int,
@@ -55,23 +55,24 @@ DEFAULT_PRIVILEGED = [
     "driver",
     # installs the enflame container runtime on the host and rewrites docker's daemon.json
     "toolkit",
-    # the one-shot pod DockerRuntime runs on each node: rewrites daemon.json, signals dockerd
+    # the one-shot pod ContainerRuntime runs on each node: rewrites daemon.json or containerd's drop-in,
+    # signals or restarts the runtime
     ACTIVATION_POD,
 ]
 
 # Host paths each component may mount (or any path below one): what
 # components/catalog/<component>.py mounts, plus the default directories of docker's daemon.json,
-# socket and pid file for the toolkit and the activation pod (gcu-stack:dockerRuntime;
-# other paths there need `allowedHostPaths`).
+# socket and pid file, and of containerd's config.toml, drop-in and socket, for the toolkit and the
+# activation pod (gcu-stack:dockerRuntime, gcu-stack:containerd; other paths there need `allowedHostPaths`).
 DEFAULT_HOST_PATHS: dict[str, list[str]] = {
     "nfd": ["/boot", "/etc/os-release", "/sys", "/usr/lib"],
     "driver": ["/lib/modules", "/usr/src", "/dev", "/etc/os-release", "/var/log/topscloud"],
-    "toolkit": ["/etc/docker", "/usr/local/enflame", "/var/run", "/run", "/var/log/topscloud"],
+    "toolkit": ["/etc/docker", "/etc/containerd", "/usr/local/enflame", "/var/run", "/run", "/var/log/topscloud"],
     "devicePlugin": ["/var/lib/kubelet/device-plugins", "/dev"],
     "gcusharePlugin": ["/var/lib/kubelet/device-plugins", "/dev"],
     "exporter": ["/dev", "/sys"],
     "gfd": ["/dev", "/sys"],
-    ACTIVATION_POD: ["/etc/docker", "/var/run", "/run"],
+    ACTIVATION_POD: ["/etc/docker", "/etc/containerd", "/var/run", "/run"],
 }
 
 PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
@@ -144,17 +145,17 @@ def pod_rule(check: Callable[[ResourceValidationArgs, Pod, ReportViolation], Non
 
 
 def images(args: ResourceValidationArgs) -> Iterator[tuple[str, str]]:
-    """(where, image) for every container of a workload, and the DockerRuntime's activation pod image."""
+    """(where, image) for every container of a workload, and the runtime-activation pod image."""
     pod = pod_of(args.resource_type, args.props)
     if pod is not None:
         for label, container in pod.containers():
             image = get(container, "image")
             if isinstance(image, str):
                 yield f"{pod.where} {label}", image
-    elif args.resource_type == DOCKER_RUNTIME_TYPE:
+    elif args.resource_type in RUNTIME_TYPES:
         image = get(args.props, "podImage")
         if isinstance(image, str):
-            yield f"DockerRuntime {args.name} activation pod", image
+            yield f"{args.resource_type.rsplit(':', 1)[1]} {args.name} activation pod", image
 
 
 # 1 ---------------------------------------------------------------------------------------------
@@ -232,7 +233,7 @@ def no_latest_tag_production(args: ResourceValidationArgs, report: ReportViolati
 
 @resource_policy(
     "privileged-only-where-needed",
-    "Only the driver, the toolkit and the docker-runtime activation pod run privileged containers.",
+    "Only the driver, the toolkit and the runtime-activation pod run privileged containers.",
     MANDATORY,
     {
         "allowedComponents": _string_list(
@@ -505,7 +506,7 @@ def depends_on(resource: PolicyResource, target: PolicyResource) -> bool:
             "description": "Groups of components of which at most one may be deployed.",
         },
         "runtimeIndependentComponents": _string_list(
-            "GCU DaemonSets that need not wait for DockerRuntime.", DEFAULT_RUNTIME_INDEPENDENT
+            "GCU DaemonSets that need not wait for ContainerRuntime.", DEFAULT_RUNTIME_INDEPENDENT
         ),
     },
 )
@@ -522,7 +523,7 @@ def gcu_stack_composition(args: StackValidationArgs, report: ReportViolation) ->
                 f"set `notDeploy: true` on all but one in the blueprint.",
                 deployed[present[-1]].urn,
             )
-    runtime = next((r for r in args.resources if r.resource_type == DOCKER_RUNTIME_TYPE), None)
+    runtime = next((r for r in args.resources if r.resource_type in RUNTIME_TYPES), None)
     if runtime is None:
         return
     independent = setting(args, "runtimeIndependentComponents", DEFAULT_RUNTIME_INDEPENDENT)
@@ -530,8 +531,8 @@ def gcu_stack_composition(args: StackValidationArgs, report: ReportViolation) ->
         if pod.kind == "DaemonSet" and pod.component not in independent and not depends_on(resource, runtime):
             report(
                 f"{pod.where} ({pod.component}) does not wait for {runtime.urn}: make it depend on the "
-                "DockerRuntime resource (directly or through the device plugin), or its pods may start "
-                "before docker uses the enflame runtime.",
+                "ContainerRuntime resource (directly or through the device plugin), or its pods may start "
+                "before the node's container runtime uses the enflame runtime.",
                 resource.urn,
             )
 
