@@ -27,20 +27,25 @@ What the node is made of (everything it writes lives under ``workdir``):
   share it. In it, ``/var/lib`` is ``workdir/var-lib`` (so the kubelet's root dir is the
   ordinary ``/var/lib/kubelet`` and the device-plugin directory the project's DaemonSet
   mounts, ``/var/lib/kubelet/device-plugins``, is this node's), ``/var/log`` is
-  ``workdir/var-log`` (pod logs, ``/var/log/containers``) and ``/run`` is a tmpfs
-  (containerd shim sockets, runc state). Every mount the kubelet and containerd make
+  ``workdir/var-log`` (pod logs, ``/var/log/containers``), ``/run`` is a tmpfs, with
+  ``/run/containerd`` = ``workdir/run-containerd`` (socket, pid file, shim sockets, runc
+  state) and ``/etc/containerd`` = ``workdir/containerd`` (config.toml, conf.d/): containerd
+  is where a node has it, for the toolkit's defaults. Every mount the kubelet and containerd make
   (secret/token tmpfs, rootfs binds, the kubelet's rshared root) is in that namespace and
   goes away with it, so the machine's mount table never sees them. The machine's
   ``/var/lib/kubelet`` is not touched, and several real nodes can run side by side.
   Six kernel tunables the kubelet would otherwise set machine-wide (``kernel.panic``,
   ``vm.overcommit_memory``, ...) are shadowed in that namespace by files holding the
   values it wants, so it writes none of them.
-* **containerd** (Debian 1.6): own config (``version = 2``), root, state, gRPC socket,
-  CRI with ``restrict_oom_score_adj``, ``disable_apparmor``, the ``native`` snapshotter,
+* **containerd** (Debian 1.6): own config (``version = 2``), root, state, gRPC socket
+  (``/run/containerd/containerd.sock`` in the node, ``containerd_socket`` here), CRI with ``restrict_oom_score_adj``, ``disable_apparmor``, the ``native`` snapshotter,
   a local sandbox image (static busybox that sleeps; made here, no registry),
   CNI ``bridge`` + ``host-local`` + ``loopback`` from ``/usr/lib/cni``, pod network
-  namespaces under its state dir, and ``imports = ["<workdir>/containerd/conf.d/*.toml"]``
-  (runtime activation writes there; containerd 1.6 does not reload: ``restart_containerd()``).
+  namespaces under its state dir, and ``imports = ["/etc/containerd/conf.d/*.toml"]``. It runs
+  under a restart-always loop (a service, as systemd would run it): containerd 1.6 does not
+  reload its config, so runtime activation stops it (``restart_containerd()`` here, or from a
+  hostPID pod ``kill $(cat /run/containerd/containerd.pid)``) and it comes back; containers
+  keep running.
 * **kubelet** 1.33 (``~/.cache/gcu-stack/kubernetes-1.33.4/bin/kubelet``): the settings of
   REFERENCE.md §5, a client certificate ``system:node:<name>`` signed by the cluster CA
   when ``ca_key`` is given (else the kubeconfig as it is), labels through
@@ -115,6 +120,7 @@ POD_NET = "10.233.{i}"               # /24 per node, on the node's cni0 bridge
 KUBELET_PORT = 10250
 PAUSE_REPOSITORY = "gcu-stack.local/realnode-pause"
 K8S_NAMESPACE = "k8s.io"             # containerd namespace the CRI plugin uses
+NODE_CONTAINERD_SOCKET = "/run/containerd/containerd.sock"    # inside the node: the usual place
 # What the kubelet would set machine-wide (pkg/kubelet/cm setupKernelTunables), shadowed in the node.
 KERNEL_TUNABLES = {
     "vm/overcommit_memory": "1", "vm/panic_on_oom": "0", "kernel/panic": "10", "kernel/panic_on_oops": "1",
@@ -331,7 +337,7 @@ class KubeApi:
         self.server = self.cluster.get("server") or ""
         if not self.server.startswith("https://"):
             raise RealNodeError(f"{self.path}: the real node needs an https API server, found server {self.server!r}")
-        self._tmp = tempfile.mkdtemp(prefix="gcurn-kc-")
+        self._tmp: Optional[str] = None   # client certificate/key data written out, when the kubeconfig has any
         self.ctx = ssl.create_default_context()
         if self.cluster.get("insecure-skip-tls-verify"):
             self.ctx = ssl._create_unverified_context()
@@ -351,6 +357,8 @@ class KubeApi:
 
     def _material(self, key: str) -> Optional[str]:
         if self.user.get(key + "-data"):
+            if self._tmp is None:
+                self._tmp = tempfile.mkdtemp(prefix="gcurn-kc-")
             out = Path(self._tmp) / key
             out.write_bytes(base64.b64decode(self.user[key + "-data"]))
             os.chmod(out, 0o600)
@@ -390,7 +398,9 @@ class KubeApi:
         return self.request("GET", path, **kw)
 
     def close(self) -> None:
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
 
 
 def node_ready(node: Mapping) -> bool:
@@ -548,16 +558,30 @@ class RealNode:
 
     @property
     def containerd_conf_d(self) -> Path:
+        """Drop-ins containerd imports, seen from this machine (/etc/containerd/conf.d inside the node)."""
         return self.containerd_dir / "conf.d"
 
     @property
+    def node_conf_d(self) -> str:
+        """The drop-in directory as containerd (inside the node) names it in ``imports``."""
+        return "/etc/containerd/conf.d" if self.state.get("etc_containerd") else str(self.containerd_conf_d)
+
+    @property
+    def run_containerd_dir(self) -> Path:
+        """The node's /run/containerd, seen from this machine (containerd's socket, pid file, shim sockets).
+
+        ``<workdir>/run-containerd``, or a short directory under /tmp when that path is too long for
+        unix sockets."""
+        d = self.workdir / "run-containerd"
+        if len(str(d / "containerd.sock.ttrpc")) < 100:
+            return d
+        return Path("/tmp") / f"gcurn-{hashlib.sha1(str(self.workdir).encode()).hexdigest()[:10]}"
+
+    @property
     def containerd_socket(self) -> Path:
-        """containerd's gRPC socket (``ctr -a``, the kubelet's runtime endpoint)."""
-        sock = self.containerd_dir / "containerd.sock"
-        if len(str(sock)) + len(".ttrpc") < 100:
-            return sock
-        short = Path("/tmp") / f"gcurn-{hashlib.sha1(str(self.workdir).encode()).hexdigest()[:10]}"
-        return short / "containerd.sock"
+        """containerd's gRPC socket from this machine (``ctr -a``); inside the node it is the usual
+        /run/containerd/containerd.sock (the kubelet's runtime endpoint)."""
+        return self.run_containerd_dir / "containerd.sock"
 
     @property
     def var_lib(self) -> Path:
@@ -786,13 +810,21 @@ class RealNode:
             time.sleep(0.02)
         self.state["mnt_ino"] = _proc_ns(holder, "mnt")
         ns = [tc["nsenter"], "-t", str(holder), "-m", "--"]
+        self.run_containerd_dir.mkdir(parents=True, exist_ok=True)
+        self.containerd_conf_d.mkdir(parents=True, exist_ok=True)
         script = [
             # other nodes' network namespaces must not be held by this mount namespace
             "if grep -q ' /run/netns ' /proc/self/mountinfo; then umount -l /run/netns; fi",
             "mount -t tmpfs -o mode=0755,size=256m gcu-realnode-run /run",
+            # containerd where a node has it: /run/containerd/containerd.sock, /etc/containerd/config.toml
+            f"mkdir -p /run/containerd && mount --bind '{self.run_containerd_dir}' /run/containerd",
             f"mount --bind '{self.var_lib}' /var/lib",
             f"mount --bind '{self.var_log}' /var/log",
         ]
+        # /etc/containerd is a mount point only where the machine has one (Debian's containerd package does)
+        self.state["etc_containerd"] = os.path.isdir("/etc/containerd")
+        if self.state["etc_containerd"]:
+            script.append(f"mount --bind '{self.containerd_dir}' /etc/containerd")
         for key, value in KERNEL_TUNABLES.items():
             shadow = self.workdir / "sysctl" / key.replace("/", ".")
             shadow.write_text(value + "\n")
@@ -811,9 +843,9 @@ class RealNode:
         d = self.containerd_dir
         for sub in ("root", "state", "opt", "conf.d"):
             (d / sub).mkdir(parents=True, exist_ok=True)
-        self.containerd_socket.parent.mkdir(parents=True, exist_ok=True)
-        self.state["short_dir"] = str(self.containerd_socket.parent) \
-            if not str(self.containerd_socket).startswith(str(self.workdir)) else None
+        self.run_containerd_dir.mkdir(parents=True, exist_ok=True)
+        self.state["short_dir"] = str(self.run_containerd_dir) \
+            if not str(self.run_containerd_dir).startswith(str(self.workdir)) else None
         cni = self.workdir / "cni" / "net.d"
         cni.mkdir(parents=True, exist_ok=True)
         (cni / "10-gcu-realnode.conflist").write_text(json.dumps({
@@ -831,13 +863,13 @@ class RealNode:
 version = 2
 root = "{d / 'root'}"
 state = "{d / 'state'}"
-imports = ["{self.containerd_conf_d}/*.toml"]
+imports = ["{self.node_conf_d}/*.toml"]
 oom_score = 0
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
                     "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
 
 [grpc]
-  address = "{self.containerd_socket}"
+  address = "{NODE_CONTAINERD_SOCKET}"
 
 [plugins."io.containerd.internal.v1.opt"]
   path = "{d / 'opt'}"
@@ -873,7 +905,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     def containerd_pid(self) -> Optional[int]:
         try:
-            return int(self.node_path(self.CONTAINERD_PIDFILE).read_text().strip())
+            return int((self.run_containerd_dir / "containerd.pid").read_text().strip())
         except (OSError, ValueError):
             return None
 
@@ -883,7 +915,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         sock.unlink(missing_ok=True)
         env = {**os.environ, "PATH": f"{Path(tc['containerd-shim-runc-v2']).parent}:{Path(tc['runc']).parent}:"
                                      "/usr/sbin:/usr/bin:/sbin:/bin"}
-        loop = (f"mkdir -p {Path(self.CONTAINERD_PIDFILE).parent}; n=0\n"
+        loop = ("n=0\n"
                 "while :; do\n"
                 f"  '{tc['containerd']}' --config '{self.containerd_config}' &\n"
                 f"  echo $! > {self.CONTAINERD_PIDFILE}\n"
@@ -1017,7 +1049,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             "enforceNodeAllocatable": [], "localStorageCapacityIsolation": False,
             "authentication": {"webhook": {"enabled": False}, "anonymous": {"enabled": True}},
             "authorization": {"mode": "AlwaysAllow"},
-            "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
+            "containerRuntimeEndpoint": f"unix://{NODE_CONTAINERD_SOCKET}",
             "port": KUBELET_PORT, "readOnlyPort": 0, "healthzPort": 0, "resolvConf": "",
             "address": self.node_ip,
             "clusterDomain": "cluster.local",
@@ -1231,11 +1263,11 @@ def _container_cgroups(ids: set[str]) -> list[Path]:
 
 
 def _node_pids(st: Mapping) -> set[int]:
-    """Every process of the node: in its network or mount namespace, a shim of its containerd (and
-    the descendants of those), or in the cgroup of one of its containers."""
+    """Every process of the node: the node's programs in its network or mount namespace (containerd,
+    its supervisor and shims, the kubelet, the holder) and their descendants, and whatever is in the
+    cgroup of one of its containers."""
     net_ino = _ns_inode(f"/run/netns/{st['netns']}") or st.get("net_ino")
     mnt_ino = st.get("mnt_ino")
-    sock = st.get("socket")
     me = _ancestors(os.getpid())
     agent = (st.get("pids") or {}).get("agent")
     roots: set[int] = set()
@@ -1247,9 +1279,7 @@ def _node_pids(st: Mapping) -> set[int]:
         if pid in me or pid == agent:
             continue
         cmd = _cmdline(pid)
-        if sock and f"-address {sock}" in cmd:
-            roots.add(pid)
-        elif (net_ino and _proc_ns(pid, "net") == net_ino) or (mnt_ino and _proc_ns(pid, "mnt") == mnt_ino):
+        if (net_ino and _proc_ns(pid, "net") == net_ino) or (mnt_ino and _proc_ns(pid, "mnt") == mnt_ino):
             # a namespace inode can be reused once the node's namespace is gone: only the node's own
             # programs count (containers are found as their descendants or by cgroup)
             if os.path.basename(cmd.split(" ", 1)[0]) in NODE_PROGRAMS:

@@ -65,7 +65,9 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def machine_before():
     """What the machine looks like before any real node."""
-    return {"links": _machine_links(), "mounts": Path("/proc/self/mountinfo").read_text().count("\n")}
+    etc = Path("/etc/containerd/config.toml")
+    return {"links": _machine_links(), "mounts": Path("/proc/self/mountinfo").read_text().count("\n"),
+            "etc-containerd": etc.read_bytes() if etc.exists() else None}
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +167,11 @@ def test_the_node_keeps_its_network_and_mounts_to_itself(node, machine_before):
     assert " /var/lib/kubelet " in inside_mounts, "the kubelet's root dir is a mount inside the node"
     # The machine's /var/lib/kubelet is not the node's (it is not even created).
     assert not os.path.lexists("/var/lib/kubelet") or "var/lib/kubelet" in node.state.get("host_paths_before", [])
+    # containerd is where a node has it (the toolkit's defaults), the machine's own config is not touched
+    subprocess.run(node.in_node("sh", "-c", "test -S /run/containerd/containerd.sock && "
+                                f"cmp /etc/containerd/config.toml {node.containerd_config}"), check=True)
+    if machine_before["etc-containerd"] is not None:
+        assert Path("/etc/containerd/config.toml").read_bytes() == machine_before["etc-containerd"]
     # The kernel tunables the kubelet wants are shadowed in the node, the machine's are untouched.
     for key, wanted in (("kernel/panic_on_oops", "1"), ("vm/overcommit_memory", "1")):
         seen = subprocess.run(node.in_node("cat", f"/proc/sys/{key}"), capture_output=True, text=True).stdout
