@@ -1178,7 +1178,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         st.setdefault("workdir", str(self.workdir))
         st["pids"] = dict(self.pids)
         st["kubeconfig"] = str(self.kubeconfig)
-        # the agent first: told to stop, it exits without tearing down (that is done here)
+        # the node first; if this process dies meanwhile, the agent (still waiting) finishes the job
+        problems = teardown(st, delete_node=delete_node,
+                            procs={k: v for k, v in self.procs.items() if k != "agent"},
+                            log=lambda m: print(m, file=sys.stderr))
+        # then the agent: told to stop, it exits without tearing down again
         agent = self.procs.get("agent")
         if self._agent_pipe is not None:
             try:
@@ -1195,9 +1199,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 agent.wait(5)
         elif self.pids.get("agent") and "devtools.realnode agent" in _cmdline(self.pids["agent"]):
             kill_pid(self.pids["agent"], timeout=5)
-        problems = teardown(st, delete_node=delete_node,
-                            procs={k: v for k, v in self.procs.items() if k != "agent"},
-                            log=lambda m: print(m, file=sys.stderr))
         self.procs.clear()
         self.pids.clear()
         last = self.workdir / "state.json"
