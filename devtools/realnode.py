@@ -30,7 +30,10 @@ What the node is made of (everything it writes lives under ``workdir``):
   ``workdir/var-log`` (pod logs, ``/var/log/containers``), ``/run`` is a tmpfs, with
   ``/run/containerd`` = ``workdir/run-containerd`` (socket, pid file, shim sockets, runc
   state) and ``/etc/containerd`` = ``workdir/containerd`` (config.toml, conf.d/): containerd
-  is where a node has it, for the toolkit's defaults. Every mount the kubelet and containerd make
+  is where a node has it, for the toolkit's defaults. ``/dev`` is a tmpfs with the usual
+  devices (null, zero, kmsg, pts, ...) and the stand-in GCUs ``/dev/gcu<N>`` (``fake_gcus``),
+  so pods that mount the host's /dev (device plugin, exporter, driver) see the node's, and
+  whatever they create there stays in the node. Every mount the kubelet and containerd make
   (secret/token tmpfs, rootfs binds, the kubelet's rshared root) is in that namespace and
   goes away with it, so the machine's mount table never sees them. The machine's
   ``/var/lib/kubelet`` is not touched, and several real nodes can run side by side.
@@ -129,8 +132,11 @@ KERNEL_TUNABLES = {
 # Paths the kubelet/containerd would create on a host, kept inside the node; leftovers() checks them.
 HOST_PATHS_KEPT_INSIDE = ("/var/lib/kubelet", "/var/lib/cni", "/var/log/pods", "/var/log/containers",
                           "/run/containerd", "/opt/containerd", "/var/lib/containerd",
-                          "/usr/libexec/kubernetes")
+                          "/usr/libexec/kubernetes", "/dev/termination-log", "/dev/gcu0")
 CNI_PLUGINS = ("bridge", "host-local", "loopback")
+# The node's own /dev: (name, mode, major, minor); kmsg for the kubelet's OOM watcher
+NODE_DEVICES = (("null", "666", 1, 3), ("zero", "666", 1, 5), ("full", "666", 1, 7), ("random", "666", 1, 8),
+                ("urandom", "666", 1, 9), ("tty", "666", 5, 0), ("kmsg", "644", 1, 11))
 # What runs in the node's namespaces besides containers (teardown's roots)
 NODE_PROGRAMS = {"containerd", "containerd-shim-runc-v2", "kubelet", "busybox", "runc", "nsenter", "unshare", "sh"}
 _CLONE_NEWNET = 0x40000000
@@ -466,9 +472,9 @@ class RealNode:
       detach: processes outlive this Python process (CLI). Otherwise the kubelet and containerd get SIGKILL
         when it dies, and the node's agent then removes everything else.
       delete_node_on_stop: stop() deletes the Node object.
-      fake_gcus: stand-in GCU hardware: this many character devices gcu0.. (c 1:3, like /dev/null) in
-        /var/lib/kubelet/device-plugins/fake-gcu/ of the node (``fake_gcu_dir`` here), where the stand-in
-        device plugin (devtools/fakegcu) finds them through the DaemonSet's device-plugins mount.
+      fake_gcus: stand-in GCU hardware: this many character devices /dev/gcu0.. (c 1:3, like /dev/null)
+        in the node's own /dev (``add_fake_gcus``, ``dev_path``), where the stand-in device plugin
+        (devtools/fakegcu) finds them through the DaemonSet's /dev mount, as the real one finds the driver's.
     """
 
     def __init__(self, workdir: Union[str, Path], name: str, kubeconfig: Union[str, Path], *,
@@ -602,19 +608,16 @@ class RealNode:
         """/var/lib/kubelet/device-plugins of the node (kubelet.sock, plugins' sockets), seen from this machine."""
         return self.kubelet_root / "device-plugins"
 
-    @property
-    def fake_gcu_dir(self) -> Path:
-        """Where the stand-in GCU devices are, seen from this machine (/var/lib/kubelet/device-plugins/fake-gcu
-        inside the node: the stand-in plugin's default device directory)."""
-        return self.device_plugin_dir / "fake-gcu"
+    def dev_path(self, name: str = "") -> Path:
+        """The node's /dev (a tmpfs of its own), or a device in it, reachable from this machine while it runs."""
+        return self.node_path("/dev") / name if name else self.node_path("/dev")
 
     def add_fake_gcus(self, count: int) -> list[Path]:
-        """Create character devices gcu0..gcu<count-1> (c 1:3) in fake_gcu_dir ("the hardware")."""
-        self.fake_gcu_dir.mkdir(parents=True, exist_ok=True)
+        """Create /dev/gcu0../dev/gcu<count-1> in the node (character devices c 1:3: "the hardware")."""
         out = []
         for i in range(count):
-            dev = self.fake_gcu_dir / f"gcu{i}"
-            if not dev.exists():
+            dev = self.dev_path(f"gcu{i}")
+            if not os.path.lexists(dev):
                 os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
                 os.chmod(dev, 0o666)
             out.append(dev)
@@ -820,6 +823,19 @@ class RealNode:
             f"mkdir -p /run/containerd && mount --bind '{self.run_containerd_dir}' /run/containerd",
             f"mount --bind '{self.var_lib}' /var/lib",
             f"mount --bind '{self.var_log}' /var/log",
+        ]
+        # A /dev of its own: what a pod does to the node's /dev (a driver creating device nodes, the
+        # kubelet's /dev/termination-log over a hostPath /dev) stays in the node; fake GCUs live there.
+        script += [
+            "mount -t tmpfs -o mode=0755,size=16m,nosuid gcu-realnode-dev /dev",
+            *(f"mknod -m {mode} /dev/{name} c {major} {minor}" for name, mode, major, minor in NODE_DEVICES),
+            "ln -s /proc/self/fd /dev/fd", "ln -s /proc/self/fd/0 /dev/stdin",
+            "ln -s /proc/self/fd/1 /dev/stdout", "ln -s /proc/self/fd/2 /dev/stderr",
+            "mkdir /dev/pts /dev/shm /dev/mqueue",
+            "mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts",
+            "ln -s pts/ptmx /dev/ptmx",
+            "mount -t tmpfs -o mode=1777,size=64m,nosuid,nodev shm /dev/shm",
+            "mount -t mqueue mqueue /dev/mqueue",
         ]
         # /etc/containerd is a mount point only where the machine has one (Debian's containerd package does)
         self.state["etc_containerd"] = os.path.isdir("/etc/containerd")
@@ -1232,7 +1248,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         return {"name": self.name, "node_ip": self.node_ip if self.index else None, "netns": self.netns,
                 "containerd_address": str(self.containerd_socket), "containerd_config": str(self.containerd_config),
                 "containerd_conf_d": str(self.containerd_conf_d), "kubelet_root": str(self.kubelet_root),
-                "device_plugin_dir": str(self.device_plugin_dir), "fake_gcu_dir": str(self.fake_gcu_dir), "pod_subnet": self.pod_subnet if self.index else None,
+                "device_plugin_dir": str(self.device_plugin_dir), "pod_subnet": self.pod_subnet if self.index else None,
                 "logs": str(self.log_dir), "sandbox_image": self.sandbox_image, "timings": self.timings}
 
 

@@ -201,12 +201,26 @@ def test_a_pod_network_pod_gets_a_bridge_ip_and_a_host_network_pod_completes(clu
     cluster.kubectl("delete", "pod", "podnet", "hostnet", "--wait=true", timeout=120)
 
 
+def test_what_a_pod_does_to_the_hosts_dev_stays_in_the_node(cluster, node):
+    # a driver-like pod: privileged, the host's /dev read-write at /dev (the kubelet also puts the
+    # container's /dev/termination-log there)
+    pod = shell_pod("devwriter", node.sandbox_image, "touch /dev/driver-was-here && echo wrote", node_name=NODE)
+    pod["spec"]["volumes"] = [{"name": "dev", "hostPath": {"path": "/dev", "type": "Directory"}}]
+    pod["spec"]["containers"][0].update(securityContext={"privileged": True},
+                                        volumeMounts=[{"name": "dev", "mountPath": "/dev"}])
+    apply(cluster, pod)
+    wait_pod_phase(cluster, node, "default", "devwriter")
+    assert node.dev_path("driver-was-here").exists() and node.dev_path("termination-log").exists()
+    assert not os.path.lexists("/dev/driver-was-here") and not os.path.lexists("/dev/termination-log")
+    cluster.kubectl("delete", "pod", "devwriter", "--wait=true", timeout=120)
+
+
 # --------------------------------------------------------------------------- stand-in GCUs
 
 def test_the_projects_device_plugin_daemonset_advertises_the_fake_gcus(cluster, node, plugin_image, gcu_plugin):
-    devices = sorted(node.fake_gcu_dir.iterdir())
+    devices = sorted(node.dev_path().glob("gcu*"))
     assert [d.name for d in devices] == [f"gcu{i}" for i in range(FAKE_GCUS)]
-    for dev in devices:   # the hardware: character devices in the node's own directory
+    for dev in devices:   # the hardware: character devices in the node's own /dev
         st = dev.stat()
         assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 3)
     assert not any(Path("/dev").glob("gcu*")), "nothing may appear in the machine's /dev"
@@ -215,7 +229,7 @@ def test_the_projects_device_plugin_daemonset_advertises_the_fake_gcus(cluster, 
     assert container["args"] == [f"--resource-name={GCU_RESOURCE}"]
     pod = wait_until(lambda: _ready_plugin_pod(cluster), 60, "the plugin pod to be Ready",
                      diagnose=lambda: _plugin_diagnosis(cluster, node))
-    assert f"found {FAKE_GCUS} fake GCUs" in node.pod_log("kube-system", pod["metadata"]["name"])
+    assert f"found {FAKE_GCUS} GCUs in /dev" in node.pod_log("kube-system", pod["metadata"]["name"])
     assert int(get(cluster, "node", NODE)["status"]["capacity"][GCU_RESOURCE]) == FAKE_GCUS
     assert GCU_RESOURCE not in get(cluster, "node", "cpu-sim-1")["status"]["allocatable"]
 
@@ -278,7 +292,7 @@ def test_the_plugin_registers_again_after_a_kubelet_restart(cluster, node, gcu_p
 
 
 def test_a_gcu_that_disappears_is_unhealthy_and_leaves_allocatable(cluster, node, gcu_plugin):
-    gone = node.fake_gcu_dir / f"gcu{FAKE_GCUS - 1}"
+    gone = node.dev_path(f"gcu{FAKE_GCUS - 1}")
     gone.unlink()
     try:
         wait_until(lambda: allocatable_gcus(node) == FAKE_GCUS - 1, 120, "one GCU fewer allocatable",

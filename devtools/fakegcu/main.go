@@ -6,15 +6,14 @@
 // the DaemonSet's args, the kubelet's device-plugin directory is the host path the
 // DaemonSet mounts (/var/lib/kubelet/device-plugins).
 //
-// The fake devices ("the hardware") are real character devices (clones of /dev/null,
-// c 1:3) named gcu0, gcu1, ... in a directory of their own, by default
-// <device-plugin-path>/fake-gcu/: a directory the DaemonSet already mounts (read-write)
-// and that does not touch the machine's /dev. Whoever provides the node creates them
-// (devtools/realnode.py does, as the driver would create /dev/gcu*); the plugin then
-// advertises what it finds. Without --device-count it discovers them (none there: it
-// creates 4, which needs CAP_MKNOD, a capability the project's DaemonSet drops). With
-// --device-count it advertises exactly that many and creates the missing ones when it
-// may; a missing one it cannot create is reported Unhealthy.
+// The devices ("the hardware") are character devices named gcu0, gcu1, ... in /dev, as
+// the driver would create them; on a test node they are clones of /dev/null (c 1:3) that
+// the node provides (devtools/realnode.py gives its node a /dev of its own, so nothing
+// appears in the machine's /dev). The plugin advertises what it finds there and picks up
+// devices that appear later; with --device-count it advertises exactly that many, a
+// missing one Unhealthy. Only in a directory named explicitly (--device-dir or
+// GCU_FAKE_DEVICE_DIR) does it create the missing ones itself (4 when there are none and
+// no count is given; mknod needs CAP_MKNOD, which the project's DaemonSet drops).
 // Allocate answers with one DeviceSpec per device, so the container gets
 // /dev/gcu<N> for each GCU it was given. A device whose file disappears (or stops
 // being a character device) is reported Unhealthy; when it comes back, Healthy.
@@ -55,7 +54,8 @@ type Config struct {
 	ResourceName  string        // extended resource, e.g. enflame.com/gcu
 	DeviceCount   int           // how many fake GCUs; < 0: as many as the device directory holds
 	PluginDir     string        // the kubelet's device-plugin directory (kubelet.sock lives there)
-	DeviceDir     string        // where this process creates the device nodes
+	DeviceDir     string        // where the device nodes gcu<N> are
+	CreateDevices bool          // create missing device nodes (DeviceDir was named explicitly)
 	HostDeviceDir string        // the same directory as the container runtime sees it (DeviceSpec.HostPath)
 	SocketName    string        // our socket's file name inside PluginDir
 	PollInterval  time.Duration // how often kubelet.sock, our socket and the device files are checked
@@ -89,11 +89,11 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	fs.StringVar(&cfg.ResourceName, "resource-name", envOr("GCU_FAKE_RESOURCE_NAME", "enflame.com/gcu"),
 		"extended resource to advertise (env GCU_FAKE_RESOURCE_NAME)")
 	fs.IntVar(&cfg.DeviceCount, "device-count", count,
-		"number of fake GCUs (env GCU_FAKE_DEVICE_COUNT); -1: the gcu<N> devices found in --device-dir, or 4 created there if none")
+		"number of GCUs (env GCU_FAKE_DEVICE_COUNT); -1: the gcu<N> devices found in the device directory")
 	fs.StringVar(&cfg.PluginDir, "device-plugin-path", envOr("GCU_FAKE_DEVICE_PLUGIN_PATH", pluginapi.DevicePluginPath),
 		"the kubelet's device-plugin directory, holding kubelet.sock (env GCU_FAKE_DEVICE_PLUGIN_PATH)")
 	fs.StringVar(&cfg.DeviceDir, "device-dir", os.Getenv("GCU_FAKE_DEVICE_DIR"),
-		"directory for the fake device nodes gcu0..gcuN-1 (env GCU_FAKE_DEVICE_DIR; default <device-plugin-path>/fake-gcu)")
+		"directory of the device nodes gcu0.. (env GCU_FAKE_DEVICE_DIR; default /dev); when named, missing fake devices (c 1:3) are created there")
 	fs.StringVar(&cfg.HostDeviceDir, "host-device-dir", os.Getenv("GCU_FAKE_HOST_DEVICE_DIR"),
 		"the device directory's path on the node, if it differs inside this container (env GCU_FAKE_HOST_DEVICE_DIR; default --device-dir)")
 	fs.StringVar(&cfg.SocketName, "socket-name", os.Getenv("GCU_FAKE_SOCKET_NAME"),
@@ -130,8 +130,9 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	if cfg.ResourceName == "" || !strings.Contains(cfg.ResourceName, "/") {
 		return nil, fmt.Errorf("--resource-name must look like vendor-domain/resource, got %q", cfg.ResourceName)
 	}
+	cfg.CreateDevices = cfg.DeviceDir != ""
 	if cfg.DeviceDir == "" {
-		cfg.DeviceDir = filepath.Join(cfg.PluginDir, "fake-gcu")
+		cfg.DeviceDir = "/dev"
 	}
 	if cfg.HostDeviceDir == "" {
 		cfg.HostDeviceDir = cfg.DeviceDir
@@ -148,7 +149,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 // deviceID is the kubelet-facing ID of GCU i; its node is <dir>/gcu<i>.
 func deviceID(i int) string { return "gcu" + strconv.Itoa(i) }
 
-// DefaultCount is how many devices are created when none are found and no count is given.
+// DefaultCount is how many devices are created (in a named directory) when none are found and no count is given.
 const DefaultCount = 4
 
 var deviceName = regexp.MustCompile(`^gcu([0-9]+)$`)
@@ -176,18 +177,30 @@ func discover(dir string) int {
 	return count
 }
 
-// ensureDevices settles cfg.DeviceCount (discovering devices when it is < 0) and creates the
-// missing device nodes (c 1:3, mode 0666) where it may; one it may not create stays missing
-// (and Unhealthy).
-func ensureDevices(cfg *Config) error {
-	if err := os.MkdirAll(cfg.DeviceDir, 0o755); err != nil {
-		return fmt.Errorf("cannot create the fake device directory %s: %w", cfg.DeviceDir, err)
+// ensureDevices settles cfg.DeviceCount (auto: < 0, discover the devices; the plugin then also
+// adds ones that appear later) and, in a directory named explicitly, creates the missing device
+// nodes (c 1:3, mode 0666) where it may; one it may not create stays missing (and Unhealthy).
+func ensureDevices(cfg *Config) (auto bool, err error) {
+	auto = cfg.DeviceCount < 0
+	if !cfg.CreateDevices {
+		if auto {
+			cfg.DeviceCount = discover(cfg.DeviceDir)
+			if cfg.DeviceCount == 0 {
+				log.Printf("no gcu<N> devices in %s yet: advertising none until some appear", cfg.DeviceDir)
+			} else {
+				log.Printf("found %d GCUs in %s", cfg.DeviceCount, cfg.DeviceDir)
+			}
+		}
+		return auto, nil
 	}
-	if cfg.DeviceCount < 0 {
+	if err := os.MkdirAll(cfg.DeviceDir, 0o755); err != nil {
+		return auto, fmt.Errorf("cannot create the fake device directory %s: %w", cfg.DeviceDir, err)
+	}
+	if auto {
 		if found := discover(cfg.DeviceDir); found > 0 {
-			log.Printf("found %d fake GCUs in %s", found, cfg.DeviceDir)
+			log.Printf("found %d GCUs in %s", found, cfg.DeviceDir)
 			cfg.DeviceCount = found
-			return nil
+			return auto, nil
 		}
 		cfg.DeviceCount = DefaultCount
 		log.Printf("no gcu<N> devices in %s: creating %d", cfg.DeviceDir, DefaultCount)
@@ -198,7 +211,7 @@ func ensureDevices(cfg *Config) error {
 		var st unix.Stat_t
 		if err := unix.Stat(path, &st); err == nil {
 			if st.Mode&unix.S_IFMT != unix.S_IFCHR {
-				return fmt.Errorf("%s exists and is not a character device: remove it or choose another --device-dir", path)
+				return auto, fmt.Errorf("%s exists and is not a character device: remove it or choose another --device-dir", path)
 			}
 			continue
 		}
@@ -207,18 +220,18 @@ func ensureDevices(cfg *Config) error {
 				log.Printf("cannot create %s (mknod c 1 3: %v; no CAP_MKNOD): it is Unhealthy until the node provides it", path, err)
 				continue
 			}
-			return fmt.Errorf("mknod %s (c 1 3) failed: %w", path, err)
+			return auto, fmt.Errorf("mknod %s (c 1 3) failed: %w", path, err)
 		}
 		created++
 		// mknod's mode is filtered by the umask.
 		if err := os.Chmod(path, 0o666); err != nil {
-			return err
+			return auto, err
 		}
 	}
 	if created > 0 {
 		log.Printf("created %d fake GCUs in %s", created, cfg.DeviceDir)
 	}
-	return nil
+	return auto, nil
 }
 
 func deviceHealthy(cfg *Config, i int) bool {
@@ -235,6 +248,7 @@ type Plugin struct {
 	cfg     *Config
 	updates chan struct{} // closed and replaced whenever the device list changes
 	health  []bool
+	auto    bool // the devices were discovered: ones that appear later are added
 	stop    chan struct{}
 	lock    chan struct{} // a one-slot mutex usable in select
 }
@@ -262,11 +276,21 @@ func (p *Plugin) snapshot() ([]*pluginapi.Device, chan struct{}) {
 	return devs, p.updates
 }
 
-// checkHealth re-reads the device files; true if anything changed.
+// checkHealth re-reads the device files (and, when discovering, looks for new ones); true if anything changed.
 func (p *Plugin) checkHealth() bool {
 	p.lock <- struct{}{}
 	defer func() { <-p.lock }()
 	changed := false
+	if p.auto {
+		if found := discover(p.cfg.DeviceDir); found > len(p.health) {
+			log.Printf("%d GCUs in %s now (were %d)", found, p.cfg.DeviceDir, len(p.health))
+			for len(p.health) < found {
+				p.health = append(p.health, deviceHealthy(p.cfg, len(p.health)))
+			}
+			p.cfg.DeviceCount = found
+			changed = true
+		}
+	}
 	for i := range p.health {
 		ok := deviceHealthy(p.cfg, i)
 		if ok != p.health[i] {
@@ -284,6 +308,12 @@ func (p *Plugin) checkHealth() bool {
 		p.updates = make(chan struct{})
 	}
 	return changed
+}
+
+func (p *Plugin) count() int {
+	p.lock <- struct{}{}
+	defer func() { <-p.lock }()
+	return len(p.health)
 }
 
 func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
@@ -317,8 +347,8 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		var indexes []int
 		for _, id := range creq.DevicesIDs {
 			i, err := strconv.Atoi(strings.TrimPrefix(id, "gcu"))
-			if !strings.HasPrefix(id, "gcu") || err != nil || i < 0 || i >= p.cfg.DeviceCount {
-				return nil, fmt.Errorf("unknown device %q (this plugin has gcu0..gcu%d)", id, p.cfg.DeviceCount-1)
+			if !strings.HasPrefix(id, "gcu") || err != nil || i < 0 || i >= p.count() {
+				return nil, fmt.Errorf("unknown device %q (this plugin has gcu0..gcu%d)", id, p.count()-1)
 			}
 			indexes = append(indexes, i)
 		}
@@ -397,10 +427,12 @@ func (p *Plugin) register(ctx context.Context) error {
 
 // Run serves and keeps the plugin registered until ctx ends.
 func Run(ctx context.Context, cfg *Config) error {
-	if err := ensureDevices(cfg); err != nil {
+	auto, err := ensureDevices(cfg)
+	if err != nil {
 		return err
 	}
 	p := NewPlugin(cfg)
+	p.auto = auto
 	defer close(p.stop)
 	kubeletSock := filepath.Join(cfg.PluginDir, "kubelet.sock")
 	ourSock := filepath.Join(cfg.PluginDir, cfg.SocketName)

@@ -29,7 +29,7 @@ func TestFlagsDefaultsAndEnvironment(t *testing.T) {
 	if cfg.DeviceCount != -1 || cfg.PluginDir != "/var/lib/kubelet/device-plugins/" {
 		t.Fatalf("defaults: %+v", cfg)
 	}
-	if cfg.DeviceDir != "/var/lib/kubelet/device-plugins/fake-gcu" || cfg.HostDeviceDir != cfg.DeviceDir {
+	if cfg.DeviceDir != "/dev" || cfg.HostDeviceDir != "/dev" || cfg.CreateDevices {
 		t.Fatalf("device dir defaults: %+v", cfg)
 	}
 	if cfg.SocketName != "fake-gcu-enflame-com-gcu.sock" {
@@ -43,7 +43,7 @@ func TestFlagsDefaultsAndEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.DeviceCount != 7 || cfg.DeviceDir != "/somewhere/gcu" || cfg.HostDeviceDir != "/node/gcu" {
+	if cfg.DeviceCount != 7 || cfg.DeviceDir != "/somewhere/gcu" || cfg.HostDeviceDir != "/node/gcu" || !cfg.CreateDevices {
 		t.Fatalf("environment not honoured: %+v", cfg)
 	}
 	// a flag wins over the environment
@@ -135,7 +135,7 @@ func recvDevices(t *testing.T, s pluginapi.DevicePlugin_ListAndWatchClient) map[
 func TestPluginRegistersAllocatesWatchesHealthAndSurvivesKubeletRestart(t *testing.T) {
 	dir := t.TempDir()
 	cfg := &Config{ResourceName: "enflame.com/gcu", DeviceCount: 3, PluginDir: dir,
-		DeviceDir: filepath.Join(dir, "devs"), HostDeviceDir: "/on/the/node", SocketName: "fake-gcu.sock",
+		DeviceDir: filepath.Join(dir, "devs"), CreateDevices: true, HostDeviceDir: "/on/the/node", SocketName: "fake-gcu.sock",
 		PollInterval: 50 * time.Millisecond}
 	kubelet := startKubelet(t, dir)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -233,46 +233,81 @@ func TestPluginRegistersAllocatesWatchesHealthAndSurvivesKubeletRestart(t *testi
 	kubelet.srv.Stop()
 }
 
-func TestDevicesAreDiscoveredOrCreated(t *testing.T) {
+func mknod(t *testing.T, path string) {
+	t.Helper()
+	if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatalf("mknod %s (needs root): %v", path, err)
+	}
+}
+
+func TestDevicesAreDiscoveredAndNewOnesPickedUp(t *testing.T) {
 	dir := t.TempDir()
 	for _, n := range []string{"gcu0", "gcu1", "gcu3"} {
-		if err := unix.Mknod(filepath.Join(dir, n), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
-			t.Fatalf("mknod (needs root): %v", err)
-		}
+		mknod(t, filepath.Join(dir, n))
 	}
 	os.WriteFile(filepath.Join(dir, "gcu9"), []byte("not a device"), 0o644)
 	os.WriteFile(filepath.Join(dir, "README"), []byte("x"), 0o644)
+	// like /dev: the directory is not named explicitly, nothing is created
 	cfg := &Config{ResourceName: "enflame.com/gcu", DeviceCount: -1, PluginDir: dir, DeviceDir: dir}
-	if err := ensureDevices(cfg); err != nil {
-		t.Fatal(err)
+	auto, err := ensureDevices(cfg)
+	if err != nil || !auto {
+		t.Fatal(auto, err)
 	}
-	// gcu0..gcu3 (gcu2 missing: advertised Unhealthy), gcu9 is no device
+	// gcu0..gcu3, gcu2 missing (Unhealthy); gcu9 is no device
 	if cfg.DeviceCount != 4 {
 		t.Fatalf("discovered %d devices, want 4", cfg.DeviceCount)
 	}
+	if _, err := os.Stat(filepath.Join(dir, "gcu2")); !os.IsNotExist(err) {
+		t.Fatalf("gcu2 was created in a directory that was not named: %v", err)
+	}
 	p := NewPlugin(cfg)
+	p.auto = auto
 	devs, _ := p.snapshot()
-	if devs[2].Health != "Unhealthy" || devs[3].Health != "Healthy" {
+	if len(devs) != 4 || devs[2].Health != "Unhealthy" || devs[3].Health != "Healthy" {
 		t.Fatalf("health: %v", devs)
 	}
+	// a device appearing later (the driver loaded after the plugin started) is added
+	mknod(t, filepath.Join(dir, "gcu5"))
+	if !p.checkHealth() {
+		t.Fatal("gcu5 not noticed")
+	}
+	devs, _ = p.snapshot()
+	if len(devs) != 6 || devs[5].Health != "Healthy" || devs[4].Health != "Unhealthy" {
+		t.Fatalf("after gcu5 appeared: %v", devs)
+	}
 
+	// none there and /dev-like: none advertised, none created
 	empty := t.TempDir()
-	cfg = &Config{ResourceName: "enflame.com/gcu", DeviceCount: -1, PluginDir: empty, DeviceDir: filepath.Join(empty, "fake-gcu")}
-	if err := ensureDevices(cfg); err != nil {
+	cfg = &Config{ResourceName: "enflame.com/gcu", DeviceCount: -1, PluginDir: empty, DeviceDir: empty}
+	if _, err := ensureDevices(cfg); err != nil || cfg.DeviceCount != 0 || discover(empty) != 0 {
+		t.Fatalf("count %d, err %v", cfg.DeviceCount, err)
+	}
+}
+
+func TestANamedDeviceDirectoryGetsFakeDevices(t *testing.T) {
+	root := t.TempDir()
+	cfg := &Config{ResourceName: "enflame.com/gcu", DeviceCount: -1, PluginDir: root,
+		DeviceDir: filepath.Join(root, "fake-gcu"), CreateDevices: true}
+	if _, err := ensureDevices(cfg); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.DeviceCount != DefaultCount || discover(cfg.DeviceDir) != DefaultCount {
 		t.Fatalf("created %d, discover %d; want %d", cfg.DeviceCount, discover(cfg.DeviceDir), DefaultCount)
 	}
+	cfg = &Config{ResourceName: "enflame.com/gcu", DeviceCount: 6, PluginDir: root,
+		DeviceDir: filepath.Join(root, "fake-gcu"), CreateDevices: true}
+	if _, err := ensureDevices(cfg); err != nil || discover(cfg.DeviceDir) != 6 {
+		t.Fatalf("count 6: %v, %d devices", err, discover(cfg.DeviceDir))
+	}
 }
 
 func TestAnExistingNonDeviceFileIsRefused(t *testing.T) {
 	dir := t.TempDir()
-	cfg := &Config{ResourceName: "enflame.com/gcu", DeviceCount: 1, PluginDir: dir, DeviceDir: dir}
+	cfg := &Config{ResourceName: "enflame.com/gcu", DeviceCount: 1, PluginDir: dir, DeviceDir: dir, CreateDevices: true}
 	if err := os.WriteFile(filepath.Join(dir, "gcu0"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err := ensureDevices(cfg)
+	_, err := ensureDevices(cfg)
 	if err == nil || !strings.Contains(err.Error(), "not a character device") {
 		t.Fatalf("want a clear error, got %v", err)
 	}
