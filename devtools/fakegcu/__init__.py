@@ -2,9 +2,11 @@
 
 The Go sources next to this file (``main.go``, its own module with a committed
 ``go.sum``) make a static binary (``CGO_ENABLED=0``) that acts as Enflame's
-``gcu-k8s-plugin``: it advertises N fake GCUs (character devices cloned from
-/dev/null) under ``--resource-name`` and allocates them to containers as
-``/dev/gcu<N>``. ``gcu-k8s-plugin --help`` lists its flags and GCU_FAKE_* variables.
+``gcu-k8s-plugin``: it advertises the GCUs it finds as ``/dev/gcu<N>`` (on a test node,
+character devices cloned from /dev/null that devtools/realnode.py puts in the node's own
+/dev) under ``--resource-name`` and allocates them to containers as ``/dev/gcu<N>``.
+``gcu-k8s-plugin --help`` lists its flags and GCU_FAKE_* variables (e.g.
+``GCU_FAKE_DEVICE_DIR``: look there instead, creating fake devices when there are none).
 
     path = binary()                                  # built once per source hash, cached
     image = build_device_plugin_image(dockerd, workdir)   # images/devicePlugin/Dockerfile, that binary inside
