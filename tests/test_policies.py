@@ -661,3 +661,24 @@ def test_every_component_with_the_catalog_defaults_passes_the_pack_as_it_ships(p
     found = violations(resources)
     mandatory = {name: messages for name, messages in found.items() if POLICY[name].enforcement_level != EnforcementLevel.ADVISORY}
     assert mandatory == {}
+
+
+# Digests: the opposite of floating -------------------------------------------------------------
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def test_a_blueprint_pinned_by_digest_passes_the_tag_rules_in_production():
+    run = run_program({"spec": seed_spec(**{"exporter.version": DIGEST, "devicePlugin.image": f"gcu-plugin@{DIGEST}"})})
+    pinned = [r for r in run.k8s() if r.k8s_name in ("enflame-gcu-exporter", "enflame-gcu-k8s-plugin") and r.inputs["kind"] == "DaemonSet"]
+    assert [c["image"] for r in pinned for c in r.inputs["spec"]["template"]["spec"]["containers"]] == [
+        f"{GCU_REPO}/gcu-plugin:latest@{DIGEST}", f"{ENFLAME_REPO}/gcu-exporter@{DIGEST}",
+    ]
+    for registration in pinned:
+        assert check("no-latest-tag-production", registration.inputs, {"production": True}) == []
+        assert check("allowed-image-registries", registration.inputs) == []
+
+
+@pytest.mark.parametrize("image", [f"{GCU_REPO}/gcu-plugin@sha256:abc", f"{GCU_REPO}/gcu-plugin:latest@latest", f"{GCU_REPO}/gcu-plugin@md5:" + "a" * 32])
+def test_text_after_at_that_is_no_digest_pins_nothing(image):
+    one(check("no-latest-tag-production", workload(containers=[container(image=image)]), {"production": True}), "Pin it", "sha256:<64 hex>")

@@ -95,3 +95,77 @@ def test_seed_json_and_inline_config_text_round_trip():
 )
 def test_bad_provider_settings_name_the_setting(config, expected):
     fails({"blueprint": str(SEED_BLUEPRINT), **config}, expected)
+
+
+# ---------------------------------------------------------------------------- file encodings and duplicate keys
+
+
+def test_a_gbk_file_with_a_chinese_comment_names_file_key_and_fix(tmp_path):
+    path = tmp_path / "gr.yaml"
+    text = "# 燧原 GCU 资源配置\n" + yaml.safe_dump(SEED)
+    path.write_bytes(text.encode("gbk"))
+    message = fails({"blueprint": str(path)}, "gcu-stack:blueprint", str(path), "is not UTF-8 text", "line 1", "save", "UTF-8", "iconv -f GBK -t UTF-8")
+    assert "UnicodeDecodeError" not in message
+
+
+def test_the_same_file_saved_as_utf8_deploys(tmp_path):
+    path = tmp_path / "gr.yaml"
+    path.write_text("# 燧原 GCU 资源配置\n" + yaml.safe_dump(SEED, allow_unicode=True), encoding="utf-8")
+    assert run_program({"blueprint": str(path)}).outputs["readyResource"] == "5/5"
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_a_utf8_byte_order_mark_is_accepted(tmp_path, suffix):
+    path = tmp_path / f"gr{suffix}"
+    body = json.dumps(SEED) if suffix == ".json" else yaml.safe_dump(SEED)
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    assert run_program({"blueprint": str(path)}).outputs["readyResource"] == "5/5"
+
+
+def test_a_utf16_file_is_named_not_misread(tmp_path):
+    path = tmp_path / "gr.json"
+    path.write_text(json.dumps(SEED), encoding="utf-16")
+    fails({"blueprint": str(path)}, "gcu-stack:blueprint", "is UTF-16 text", "saved as UTF-8")
+
+
+def test_a_binary_file_is_refused_with_its_name(tmp_path):
+    path = tmp_path / "gr.json"
+    path.write_bytes(bytes(range(256)) * 4)
+    fails({"blueprint": str(path)}, "gcu-stack:blueprint", str(path), "not UTF-8")
+
+
+def test_a_file_with_control_characters_is_refused(tmp_path):
+    path = tmp_path / "gr.yaml"
+    path.write_bytes(yaml.safe_dump(SEED).encode() + b"\x00\x00\x00")
+    fails({"blueprint": str(path)}, "gcu-stack:blueprint", "control character", "line")
+
+
+def test_a_directory_is_named(tmp_path):
+    fails({"blueprint": str(tmp_path)}, "gcu-stack:blueprint", "is a directory")
+
+
+@pytest.mark.parametrize(
+    "name, text, expected",
+    [
+        ("gr.yaml", "apiVersion: topsops.enflame.com/v1\nkind: GcuResource\nmetadata:\n  name: a\nmetadata:\n  name: b\n", "key 'metadata' is given twice (lines 3 and 5)"),
+        ("gr.yaml", "apiVersion: topsops.enflame.com/v1\nkind: GcuResource\nmetadata: {name: a, name: b}\n", "key 'name' is given twice"),
+        ("gr.json", '{"apiVersion": "topsops.enflame.com/v1", "kind": "GcuResource", "kind": "GcuResource", "metadata": {"name": "a"}}', "key 'kind' is given twice"),
+    ],
+)
+def test_a_key_given_twice_is_refused_not_silently_overridden(tmp_path, name, text, expected):
+    path = tmp_path / name
+    path.write_text(text)
+    fails({"blueprint": str(path)}, str(path), expected)
+
+
+def test_yaml_anchors_and_merge_keys_still_work(tmp_path):
+    # A merged key overridden in the mapping itself is YAML's own rule, not a key given twice.
+    path = tmp_path / "gr.yaml"
+    path.write_text(
+        "apiVersion: topsops.enflame.com/v1\nkind: GcuResource\nmetadata:\n  name: enflame-gcu-resource\nspec:\n"
+        "  devicePlugin: &agent\n    image: gcu-plugin\n    version: '2.0'\n    repository: artifact.enflame.cn/galaxy_docker_hub/gcu\n"
+        "  exporter:\n    <<: *agent\n    image: gcu-exporter\n"
+    )
+    run = run_program({"blueprint": str(path)})
+    images = [c["image"] for d in daemonsets(run).values() for c in d.inputs["spec"]["template"]["spec"]["containers"]]
+    assert "artifact.enflame.cn/galaxy_docker_hub/gcu/gcu-exporter:2.0" in images

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Union
 
 from pydantic import BeforeValidator, Field
 
@@ -16,7 +16,10 @@ MEMORY_UNITS = ("1", "0.1", "0.01", "0.001")
 
 
 class GcuSharePluginSpec(BaseFields):
-    memory_unit: Annotated[Literal[MEMORY_UNITS], BeforeValidator(scalar_to_str)] = Field("1", alias="memoryUnit")
+    # YAML reads 0.1 unquoted as a number: accepted (and so in the editor schema) as the string it stands for.
+    memory_unit: Annotated[
+        Literal[MEMORY_UNITS], BeforeValidator(scalar_to_str, json_schema_input_type=Union[Literal[MEMORY_UNITS], Literal[1, 0.1, 0.01, 0.001]])
+    ] = Field("1", alias="memoryUnit")
     gcushare_nodes: list[Annotated[str, matching(DNS1123_SUBDOMAIN, "a node name", 253)]] = Field(
         default_factory=list, alias="gcushareNodes"
     )
@@ -41,6 +44,7 @@ GCUSHARE_PLUGIN = ComponentDef(
     default_image="gcushare-device-plugin",
     spec_model=GcuSharePluginSpec,
     # It takes the device plugin's place in the chain.
+    uses_device=True,  # paused on a node while its driver is replaced
     after=("toolkit",),
     workloads=one(
         ContainerDef(

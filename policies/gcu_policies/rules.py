@@ -179,11 +179,20 @@ def allowed_image_registries(args: ResourceValidationArgs, report: ReportViolati
 
 # 2 ---------------------------------------------------------------------------------------------
 
+# A digest the runtimes verify: algorithm and its hex length. `name@<digest>` is the opposite of floating.
+PINNING_DIGEST = re.compile(r"^(?:sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128})$")
+
+
 def floating_tag(image: str, floating: list[str]) -> Optional[str]:
-    """The floating tag an image uses ("latest", or "" for none); None when it is pinned."""
-    if "@" in image:  # a digest pins it, whatever the tag says
+    """The floating tag an image uses ("latest", or "" for none); None when it is pinned.
+
+    A digest (`repository/image@sha256:<64 hex>`, with or without a tag before it) pins the
+    image whatever the tag says; text after '@' that is not a digest pins nothing.
+    """
+    name, at, digest = image.partition("@")
+    if at and PINNING_DIGEST.match(digest):
         return None
-    last = image.rsplit("/", 1)[-1]
+    last = name.rsplit("/", 1)[-1]
     tag = last.rsplit(":", 1)[1] if ":" in last else ""
     return tag if tag == "" or tag in floating else None
 
@@ -196,7 +205,8 @@ def _no_floating_tags(args: ResourceValidationArgs, report: ReportViolation) -> 
             used = f"tag {tag!r}" if tag else "no tag (docker reads it as 'latest')"
             report(
                 f"{where}: image {image!r} has {used}, so nodes may run different builds. "
-                "Pin it: set the component's `version` in the blueprint to a release tag (or use a digest)."
+                "Pin it: set the component's `version` in the blueprint to a release tag or to the image's "
+                "digest (`version: sha256:<64 hex>`, giving repository/image@sha256:...)."
             )
 
 
