@@ -142,6 +142,7 @@ NODE_PROGRAMS = {"containerd", "containerd-shim-runc-v2", "kubelet", "busybox", 
 _CLONE_NEWNET = 0x40000000
 _LOCK = CACHE_DIR / "realnode.lock"
 _RUN_NETNS_MARKER = CACHE_DIR / "realnode-made-run-netns"
+_CGROUP_MARKER = CACHE_DIR / "realnode-made-k8s-cgroups"
 
 
 class RealNodeError(ComponentFailed):
@@ -800,7 +801,12 @@ class RealNode:
         for d in (self.var_lib, self.var_log, self.workdir / "sysctl", self.kubelet_root / "device-plugins"):
             d.mkdir(parents=True, exist_ok=True)
         self.state["host_paths_before"] = [p for p in HOST_PATHS_KEPT_INSIDE if os.path.lexists(p)]
-        self.state["created_cgroup_parents"] = [str(r) for r in _cgroup_roots() if not (r / K8S_NAMESPACE).exists()]
+        missing = [str(r) for r in _cgroup_roots() if not (r / K8S_NAMESPACE).exists()]
+        if missing:   # containerd will make <hierarchy>/k8s.io: the last real node removes them again
+            with open(_LOCK, "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                known = set(_CGROUP_MARKER.read_text().split()) if _CGROUP_MARKER.exists() else set()
+                _CGROUP_MARKER.write_text("\n".join(sorted(known | set(missing))) + "\n")
         argv = [tc["nsenter"], f"--net=/run/netns/{self.netns}", "--", tc["unshare"], "--mount",
                 "--propagation", "slave", "--", tc["busybox"], "sleep", "2147483647"]
         self._spawn("holder", argv)
@@ -1317,6 +1323,17 @@ def _node_pids(st: Mapping) -> set[int]:
     return out - me
 
 
+def _rmdir(path: Path) -> bool:
+    """rmdir; True when the directory is gone."""
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
+
+
 def teardown(st: Mapping, *, delete_node: bool = False, procs: Optional[Mapping[str, subprocess.Popen]] = None,
              log=print) -> list[str]:
     """Remove every trace of the node described by `st` (a state dict; name/netns/link suffice for a
@@ -1380,13 +1397,18 @@ def teardown(st: Mapping, *, delete_node: bool = False, procs: Optional[Mapping[
                 time.sleep(0.1)
         else:
             problems.append(f"cgroup {cg} stays busy")
-    for root in _cgroup_roots():   # the k8s.io parent, when nothing else uses it
-        parent = root / K8S_NAMESPACE
-        if parent.is_dir() and str(root) in (st.get("created_cgroup_parents") or []):
-            try:
-                parent.rmdir()
-            except OSError:
-                pass
+    if _CGROUP_MARKER.exists():   # the k8s.io parents real nodes made, by the last real node to go
+        with open(_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            others = [n for n in (os.listdir("/run/netns") if os.path.isdir("/run/netns") else [])
+                      if n.startswith(NETNS_PREFIX) and n != netns]
+            roots = _CGROUP_MARKER.read_text().split()
+            # while another node exists it may have containers there, or be about to: it removes them
+            left = roots if others else [r for r in roots if not _rmdir(Path(r) / K8S_NAMESPACE)]
+            if left:
+                _CGROUP_MARKER.write_text("\n".join(left) + "\n")
+            else:
+                _CGROUP_MARKER.unlink()
     # 4. mounts on this machine under the node's directories (none expected: they live in the node)
     wd = st.get("workdir")
     roots = [p for p in (wd, st.get("short_dir")) if p]

@@ -66,7 +66,7 @@ def cluster(tmp_path_factory):
 def machine_before():
     """What the machine looks like before any real node."""
     etc = Path("/etc/containerd/config.toml")
-    return {"links": _machine_links(), "mounts": Path("/proc/self/mountinfo").read_text().count("\n"),
+    return {"links": _machine_links(), "run-netns-mount": " /run/netns " in Path("/proc/self/mountinfo").read_text(),
             "etc-containerd": etc.read_bytes() if etc.exists() else None}
 
 
@@ -497,3 +497,21 @@ def test_no_api_server_is_a_clear_error_and_creates_nothing(tmp_path):
     with pytest.raises(RealNodeError, match=rf"gcu-{RUN}-nocluster.*does not answer.*Start the cluster first"):
         node.start(timeout=30)
     assert not any(node.leftovers().values())
+
+
+def test_the_machine_is_as_before(machine_before):
+    """After every real node of this module (also the killed ones): nothing of real nodes on the machine."""
+    from devtools import realnode
+
+    assert not [link for link in _machine_links() if link.startswith(realnode.LINK_PREFIX)
+                and link not in machine_before["links"]]
+    ours = [n for n in (os.listdir("/run/netns") if os.path.isdir("/run/netns") else []) if RUN in n]
+    assert ours == []
+    mountinfo = Path("/proc/self/mountinfo").read_text()
+    assert (" /run/netns " in mountinfo) == machine_before["run-netns-mount"] or any(
+        n.startswith(realnode.NETNS_PREFIX) for n in os.listdir("/run/netns")), "a real node left /run/netns mounted"
+    assert "gcu-realnode" not in mountinfo and "realnode" not in mountinfo
+    # the k8s.io cgroup parents real nodes made are gone unless another real node still runs
+    assert not realnode._CGROUP_MARKER.exists() or any(
+        n.startswith(realnode.NETNS_PREFIX) for n in os.listdir("/run/netns"))
+    assert not any(Path("/dev").glob("gcu*")) and not os.path.lexists("/dev/termination-log")
