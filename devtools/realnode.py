@@ -1670,13 +1670,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     up.add_argument("--state-dir", required=True, help="the node's directory (state, configs, logs)")
     up.add_argument("--kubeconfig", required=True, help="admin kubeconfig of the cluster (loopback API server)")
     up.add_argument("--name", required=True, help="Node name (unique on this machine)")
-    up.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
-    up.add_argument("--taint", action="append", default=[], metavar="KEY[=VALUE]:EFFECT")
+    up.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                    help="node label (repeatable); kubernetes.io ones are set through the API")
+    up.add_argument("--taint", action="append", default=[], metavar="KEY[=VALUE]:EFFECT", help="registration taint")
     up.add_argument("--ca-cert", help="cluster CA certificate (default: pki/ca.crt next to the kubeconfig, if any)")
     up.add_argument("--ca-key", help="cluster CA key: the kubelet then gets a system:node:<name> certificate")
     up.add_argument("--fake-gcus", type=int, default=0, metavar="N",
-                    help="stand-in GCU devices for devtools/fakegcu's plugin (in the node's device-plugin dir)")
-    up.add_argument("--snapshotter", default="native")
+                    help="stand-in GCUs: character devices /dev/gcu0.. in the node's own /dev")
+    up.add_argument("--snapshotter", default="native", help="containerd snapshotter (native; overlayfs is faster)")
     up.add_argument("--timeout", type=float, default=180.0)
     imp = sub.add_parser("import-image", help="import images into the node's containerd")
     imp.add_argument("--state-dir", required=True)
@@ -1691,7 +1692,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         p.add_argument("--state-dir", required=True)
         if name == "down":
             p.add_argument("--keep-node-object", action="store_true", help="do not delete the Node from the API")
-    ag = sub.add_parser("agent", help=argparse.SUPPRESS)
+    ag = sub.add_parser("agent")   # internal: the node's API forwarder (and reaper)
     ag.add_argument("--state-dir", required=True)
     ag.add_argument("--reap-on-eof", action="store_true")
     a = ap.parse_args(argv)
