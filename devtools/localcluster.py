@@ -64,6 +64,7 @@ CM_USER = "system:kube-controller-manager"  # bound by the bootstrap RBAC policy
 SCHED_USER = "system:kube-scheduler"        # bound by the bootstrap RBAC policy
 
 GCU_LABEL = "feature.node.kubernetes.io/pci-1e36.present"   # what NFD puts on Enflame nodes
+GCU_RESOURCE = "enflame.com/gcu"                             # what the GCU device plugin advertises
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
 
@@ -856,14 +857,15 @@ def probe_current_context(timeout: float = 5.0) -> tuple[bool, str]:
 
 # --------------------------------------------------------------------------- CLI
 
-def _cli_nodes(n: int, k: int, gcu_labels: Sequence[str]) -> list:
+def _cli_nodes(n: int, k: int, gcu_labels: Sequence[str], gcu_capacity: int = 0) -> list:
     if k > n:
         raise SystemExit(f"--gcu-nodes ({k}) must not exceed --nodes ({n})")
     labels = {GCU_LABEL: "true"}
     for kv in gcu_labels:
         key, _, val = kv.partition("=")
         labels[key] = val
-    return ([(f"gcu-node-{i}", dict(labels)) for i in range(1, k + 1)]
+    extra = {"capacity": {GCU_RESOURCE: str(gcu_capacity)}} if gcu_capacity > 0 else {}
+    return ([(f"gcu-node-{i}", dict(labels), dict(extra)) for i in range(1, k + 1)]
             + [(f"cpu-node-{i}", {}) for i in range(1, n - k + 1)])
 
 
@@ -878,6 +880,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help=f"how many of them are GCU nodes (label {GCU_LABEL}=true); default 1")
     up.add_argument("--gcu-label", action="append", default=[], metavar="KEY=VALUE",
                     help="extra label for GCU nodes (repeatable), e.g. enflame.com/gcu.present=true")
+    up.add_argument("--gcu-capacity", type=int, default=0, metavar="N",
+                    help=f"GCU nodes advertise N {GCU_RESOURCE} (as a running device plugin would); default none")
     up.add_argument("--no-audit", action="store_true")
     up.add_argument("--timeout", type=float, default=120.0)
     for name in ("down", "status"):
@@ -902,7 +906,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return 0
             print("stale state found, cleaning up", file=sys.stderr)
             c.stop()
-        nodes = _cli_nodes(a.nodes, a.gcu_nodes, a.gcu_label)
+        nodes = _cli_nodes(a.nodes, a.gcu_nodes, a.gcu_label, a.gcu_capacity)
         c = LocalCluster(state_dir, nodes=nodes, audit=not a.no_audit, detach=True)
         try:
             c.start(timeout=a.timeout)

@@ -231,13 +231,15 @@ def test_add_nodes_later(cluster):
 
 def test_playing_the_kubelet_advertises_gcus_and_kwok_heartbeats_keep_them(tmp_path):
     """set_node_status patches the node's status as a device plugin's kubelet would; kwok's node heartbeat
-    (here every ~1 s instead of ~10 min) rewrites conditions only, so the advertised resource stays."""
+    (here every 1-2 s instead of ~10 min) rewrites conditions only, so the advertised resource stays."""
     tc = _require(Toolchain.find)
     stages = Path(tc.kwok_config).read_text()
     assert "durationMilliseconds: 600000" in stages and "jitterDurationMilliseconds: 610000" in stages
     fast = tmp_path / "kwok-fast-heartbeat.yaml"
-    fast.write_text(stages.replace("durationMilliseconds: 600000", "durationMilliseconds: 500")
-                    .replace("jitterDurationMilliseconds: 610000", "jitterDurationMilliseconds: 1000"))
+    # Over a second apart: a heartbeat within the same second as the last changes nothing (timestamps have 1 s
+    # resolution), so no watch event would bring the next one.
+    fast.write_text(stages.replace("durationMilliseconds: 600000", "durationMilliseconds: 1100")
+                    .replace("jitterDurationMilliseconds: 610000", "jitterDurationMilliseconds: 2000"))
     tc.kwok_config = str(fast)
     with LocalCluster(tmp_path / "c", nodes=[("gcu-node-1", {GCU_LABEL: "true"})], audit=False, toolchain=tc) as c:
         node = c.set_node_status("gcu-node-1", capacity={"enflame.com/gcu": 8}, allocatable={"enflame.com/gcu": "8"},
@@ -304,7 +306,7 @@ def test_cli_up_status_down(tmp_path):
     pids: list = []
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "devtools.localcluster"]
-    up = subprocess.run(cmd + ["up", "--state-dir", str(state), "--nodes", "2", "--gcu-nodes", "1"],
+    up = subprocess.run(cmd + ["up", "--state-dir", str(state), "--nodes", "2", "--gcu-nodes", "1", "--gcu-capacity", "4"],
                         capture_output=True, text=True, env=env, timeout=180)
     try:
         assert up.returncode == 0, up.stderr
@@ -320,6 +322,10 @@ def test_cli_up_status_down(tmp_path):
         out = subprocess.run([tc.kubectl, "--kubeconfig", kubeconfig, "get", "nodes", "-l", f"{GCU_LABEL}=true",
                               "-o", "name"], capture_output=True, text=True, timeout=60)
         assert out.stdout.split() == ["node/gcu-node-1"], out.stderr
+        alloc = subprocess.run([tc.kubectl, "--kubeconfig", kubeconfig, "get", "nodes", "-o",
+                                "jsonpath={range .items[*]}{.metadata.name}={.status.allocatable.enflame\\.com/gcu} {end}"],
+                               capture_output=True, text=True, timeout=60)
+        assert sorted(alloc.stdout.split()) == ["cpu-node-1=", "gcu-node-1=4"], alloc.stdout + alloc.stderr
     finally:
         down = subprocess.run(cmd + ["down", "--state-dir", str(state)], capture_output=True, text=True,
                               env=env, timeout=120)

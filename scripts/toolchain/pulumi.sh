@@ -33,7 +33,8 @@
 #  * requirements.txt pins stable releases (pulumi-kubernetes 4.25.0), whose plugins the official CLI downloads by
 #    itself. The proxy here has no source for provider 4.25.0; the nearest it serves is the commit the pre-release
 #    4.25.0a1768448096 was cut from (2026-01-15), so that commit is built and installed as plugin 4.25.0 - a
-#    SUBSTITUTE, which the build log and `status` say. Users with the official CLI never see it (detect picks theirs).
+#    SUBSTITUTE, which the build log and `status` say; it reports 4.25.0+<commit>. Users with the official CLI never
+#    see it (detect picks theirs).
 #  * The Go module proxy reachable here is a partial mirror. It answers 403 "This module version is not available"
 #    for github.com/pulumi/pulumi/pkg/v3@v3.272.0 (newest pkg/v3 zip it serves is v3.259.0), for every version of
 #    github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3 and github.com/pulumi/pulumi-docker/provider/v4,
@@ -705,6 +706,7 @@ for r in json.load(sys.stdin).get("Replace") or []:
 PLUGIN_LINES=()
 provider() {
   local name="$1" pin="$2" plugver="$3" module="$4" versionvar="$5" override="$6" fallback="$7" res modver stamp kind
+  local srcver
   shift 7
   if ! res="$(resolve_provider_ref "$name" "$pin" "$override" "$fallback" "$@")"; then
     [ "$STRICT" = 1 ] && die "pulumi-resource-$name $pin: no source (set GCU_$(echo "$name" | tr a-z A-Z)_PROVIDER_REF)"
@@ -715,10 +717,15 @@ provider() {
     return 0
   fi
   read -r modver stamp kind <<<"$res"
+  srcver="$stamp"
   if [ "$kind" = substitute ]; then
+    # Reports the pinned version with the commit as semver build metadata: the engine (which warns when a plugin
+    # reports a lower version than requested, as 4.25.0-alpha.N < 4.25.0 would be) sees the version it asked for,
+    # and `pulumi plugin ls`/the provider's logs still show which commit it is.
+    stamp="$plugver+${modver##*-}"
     warn "pulumi-resource-$name: pinned SDK $pin needs provider $plugver, whose source is not on the Go module" \
-         "proxy; SUBSTITUTING $module@$modver (the source of upstream $stamp). It is installed as plugin version" \
-         "$plugver (what the SDK requests) but reports $stamp."
+         "proxy; SUBSTITUTING $module@$modver (the source of upstream $srcver). It is installed as plugin version" \
+         "$plugver (what the SDK requests) and reports $stamp."
   fi
   if ! build_provider "$name" "$module" "$modver" "$stamp" "$versionvar"; then
     [ "$STRICT" = 1 ] && die "cannot download $module@$modver"
@@ -726,7 +733,7 @@ provider() {
     timing "pulumi-resource-$name $pin" 0.0 "SKIPPED (download failed)"
     return 0
   fi
-  PLUGIN_LINES+=("$name $plugver $PROVIDER_BIN $kind:$module@$modver=$stamp")
+  PLUGIN_LINES+=("$name $plugver $PROVIDER_BIN $kind:$module@$modver=$srcver")
 }
 
 # ------------------------------------------------------------------------------------------------ plugin install
