@@ -12,9 +12,11 @@ from realservers import PROJECT_DIR, start_dockerd, stop_dockerd
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 DRIVER = "enflame.com/gcu.driver.present"
+# The GCU nodes advertise the GCU-share resource as its plugin would: post-deploy validation needs it.
+SHARES = {"capacity": {"enflame.com/gcu-memory": "64"}}
 NODES = [
-    ("gcu-node-1", {NFD: "true", DRIVER: "true"}),
-    ("gcu-node-2", {NFD: "true", DRIVER: "true"}),
+    ("gcu-node-1", {NFD: "true", DRIVER: "true"}, SHARES),
+    ("gcu-node-2", {NFD: "true", DRIVER: "true"}, SHARES),
     ("cpu-node-1", {}),
 ]
 PASSWORD = "n9e-Db-e2e-pw"

@@ -22,9 +22,11 @@ NFD = "feature.node.kubernetes.io/pci-1e36.present"
 DRIVER = "enflame.com/gcu.driver.present"
 MANAGED = "enflame.com/gcu.deploy.exporter"
 GCU_NODES = ["gcu-node-1", "gcu-node-2"]
+# The GCU nodes advertise enflame.com/gcu as their device plugin would: post-deploy validation needs it.
+GCUS = {"capacity": {"enflame.com/gcu": "4"}}
 NODES = [
-    ("gcu-node-1", {NFD: "true", DRIVER: "true", "team": "gcu"}),
-    ("gcu-node-2", {NFD: "true", DRIVER: "true", "team": "gcu"}),
+    ("gcu-node-1", {NFD: "true", DRIVER: "true", "team": "gcu"}, GCUS),
+    ("gcu-node-2", {NFD: "true", DRIVER: "true", "team": "gcu"}, GCUS),
     ("cpu-node-1", {"team": "cpu"}),
 ]
 # A node's docker config as an operator left it: odd formatting, unrelated keys.
@@ -230,7 +232,7 @@ def test_7_destroy_removes_everything_and_restores_the_nodes(e2e):
     e2e.stack.destroy(on_output=lambda _: None)
     for kind in ("DaemonSet", "ConfigMap", "ServiceAccount", "Service", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"):
         assert ours(e2e, kind) == [], kind
-    for name, labels in NODES:
+    for name, labels, *_ in NODES:
         meta = node(e2e.api, name)
         assert not [k for k in meta["labels"] if k.startswith("enflame.com/gcu.deploy.") or k == "enflame.com/gcu.present"], name
         assert "gcu-stack.enflame.com/managed-labels" not in (meta.get("annotations") or {})
