@@ -33,7 +33,12 @@ def main(project_dir: Optional[Path] = None) -> GcuStack:
     stack = GcuStack(
         resource.metadata.name, StackArgs(settings), pulumi.ResourceOptions(providers=[kubernetes_provider(settings)])
     )
-    outputs = status_outputs([c.status for c in stack.components], stack.outputs(), resource.metadata.generation)
+    outputs = status_outputs(
+        [c.status for c in stack.components],
+        stack.outputs(),
+        resource.metadata.generation,
+        {key: step.done for key, step in stack.steps.items()},
+    )
     for name, value in outputs.items():
         pulumi.export(name, value)
     return stack

@@ -6,12 +6,14 @@ A component computes its entry once (`GcuComponent.status`); `status_outputs` on
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
 
 RUNNING = "Running"
 DEPLOYING = "Deploying"
+# Every component is ready but a step's check (post-deploy validation) did not pass.
+DEGRADED = "Degraded"
 # The field manager pulumi-kubernetes applies with (server-side apply): "pulumi-kubernetes-<id>".
 PULUMI_MANAGER = "pulumi-kubernetes"
 
@@ -71,34 +73,59 @@ def last_applied(resources: Sequence[pulumi.CustomResource]) -> pulumi.Output[Op
 
 
 def status_outputs(
-    entries: Sequence[pulumi.Output[dict]], step_outputs: dict[str, Any], generation: int
+    entries: Sequence[pulumi.Output[dict]],
+    step_outputs: dict[str, Any],
+    generation: int,
+    steps_done: Optional[Mapping[str, pulumi.Output[bool]]] = None,
 ) -> dict[str, pulumi.Output[Any]]:
-    """GcuResource.status from the components' status entries and the steps' outputs."""
+    """GcuResource.status from the components' status entries and the steps' outputs.
+
+    `steps_done`: each standalone step's `done`, by step key. `phase` is Running only when every
+    component is ready and every step is done (post-deploy validation passed on every node it
+    covers); `readyResource` counts components only, as GcuResource did.
+    """
     total = len(entries)
     statuses = pulumi.Output.all(*entries)
+    keys = sorted(steps_done or {})
+    checks = pulumi.Output.all(*[(steps_done or {})[k] for k in keys])
+    # (component statuses, keys of the steps not done)
+    state = pulumi.Output.all(statuses, checks).apply(
+        lambda both: (both[0], [k for k, done in zip(keys, both[1]) if not done])
+    )
 
     def ready_count(values: list[dict]) -> int:
         return sum(1 for v in values if v["status"] == RUNNING)
 
-    def condition(values: list[dict]) -> dict:
+    def phase(values: list[dict], failing: list[str]) -> str:
+        if ready_count(values) != total:
+            return DEPLOYING
+        return DEGRADED if failing else RUNNING
+
+    def condition(values: list[dict], failing: list[str]) -> dict:
         ready = ready_count(values)
-        done = ready == total
+        if ready != total:
+            status, reason, message = "deploying", "waiting", f"{total - ready} of {total} components not ready"
+        elif failing:
+            status, reason = "failed", "checkFailed"
+            message = f"every component is ready, but {', '.join(failing)} did not pass: see `pulumi stack output --json`"
+        else:
+            status, reason, message = "success", "success", "success"
         return {
             "action": "deploy",
-            "status": "success" if done else "deploying",
-            "reason": "success" if done else "waiting",
-            "message": "success" if done else f"{total - ready} of {total} components not ready",
+            "status": status,
+            "reason": reason,
+            "message": message,
             "progress": 100 if total == 0 else ready * 100 // total,
             "lastUpdateTime": max((v["lastUpdateTime"] for v in values if v["lastUpdateTime"]), default=None),
         }
 
     return {
         **step_outputs,
-        "phase": statuses.apply(lambda values: RUNNING if ready_count(values) == total else DEPLOYING),
+        "phase": state.apply(lambda both: phase(*both)),
         "readyResource": statuses.apply(lambda values: f"{ready_count(values)}/{total}"),
         "resourceStatuses": statuses.apply(
             lambda values: [{k: v[k] for k in ("name", "namespace", "status", "ownResources")} for v in values]
         ),
-        "conditions": statuses.apply(lambda values: [condition(values)]),
+        "conditions": state.apply(lambda both: [condition(*both)]),
         "observedGeneration": pulumi.Output.from_input(generation),
     }

@@ -54,6 +54,8 @@ EXPECTED = {
     "create": {
         "ServiceAccount::toolkit-serviceaccount", "ClusterRole::toolkit-clusterrole",
         "ClusterRoleBinding::toolkit-clusterrolebinding", "RuntimeClass::toolkit-runtimeclass-enflame",
+        # Post-deploy validation (issue 15): a new step, created on the first up; nothing of the release changes for it.
+        "GcuValidation::gcu-validation",
     },
 }
 
