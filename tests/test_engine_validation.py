@@ -1,0 +1,154 @@
+"""Post-deploy validation end to end: the real engine, provider and API server, kwok-simulated nodes.
+
+The scenarios run in order on one stack, as an operator would meet them: a GCU node whose
+device plugin advertises nothing fails `pulumi up` naming it; warn mode accepts it and reports
+it; once the node advertises its GCUs the next `up` validates it; an `up` with nothing
+changed runs no pod; a node that loses its GCUs shows in `refresh` and fails the next `up`.
+The test plays the kubelet's part: it sets each node's allocatable.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pulumi import automation as auto
+
+from engine import prepare_stack
+from realservers import AuditLog, start_dockerd, stop_dockerd
+
+NFD = "feature.node.kubernetes.io/pci-1e36.present"
+DRIVER = "enflame.com/gcu.driver.present"
+GCU = "enflame.com/gcu"
+NODES = [
+    ("gcu-node-1", {NFD: "true", DRIVER: "true"}, {"capacity": {GCU: "4"}}),
+    ("gcu-node-2", {NFD: "true", DRIVER: "true"}),  # its device plugin advertises nothing (yet)
+    ("cpu-node-1", {}),
+]
+VALIDATION = "pulumi-python:dynamic/gcu:GcuValidation"
+MISSING = "gcu-node-2: no enflame.com/gcu in allocatable after 5 s — is the device plugin running there?"
+
+
+@pytest.fixture(scope="module")
+def e2e(tmp_path_factory):
+    from devtools.localcluster import LocalCluster
+
+    root = tmp_path_factory.mktemp("e2e-validation")
+    cluster = LocalCluster(root / "cluster", nodes=NODES).start()
+    dockerd = start_dockerd(root / "docker")
+    try:
+        stack, _ = prepare_stack(root, cluster, dockerd, name="validation")
+        configure(stack, mode="fail")
+        yield stack, cluster
+        try:
+            stack.destroy(on_output=lambda _: None)
+        except auto.CommandError:
+            pass
+    finally:
+        cluster.stop()
+        stop_dockerd(root / "docker")
+
+
+def configure(stack: auto.Stack, **settings) -> None:
+    stack.set_config("gcu-stack:validation", auto.ConfigValue(json.dumps({"timeoutSeconds": 5, "workloadTimeoutSeconds": 60, **settings})))
+
+
+def outputs(stack: auto.Stack) -> dict:
+    return {k: v.value for k, v in stack.outputs().items()}
+
+
+def leftovers(cluster) -> list[str]:
+    return cluster.kubectl("get", "jobs,pods", "--all-namespaces", "-l", "app.kubernetes.io/component=validation", "-o", "name").stdout.split()
+
+
+def jobs_created(audit: AuditLog) -> list[str]:
+    return [e["objectRef"]["name"] for e in audit.events("jobs", user="admin") if e.get("verb") == "create"]
+
+
+def validation_state(stack: auto.Stack) -> dict:
+    (resource,) = [r for r in stack.export_stack().deployment["resources"] if r["type"] == VALIDATION]
+    return resource["outputs"]
+
+
+def test_1_up_fails_naming_the_gcu_node_without_capacity_and_leaves_no_pod(e2e):
+    stack, cluster = e2e
+    audit = AuditLog(cluster)
+    audit.mark()
+    with pytest.raises(auto.CommandError) as caught:
+        stack.up(on_output=lambda _: None)
+    text = str(caught.value)
+    assert "GCU validation failed on 1 of 2 node(s):" in text and MISSING in text, text[-3000:]
+    # The hint says whether the plugin runs there: kwok runs its pod (simulated), which advertises nothing.
+    assert "(its pod enflame-gcu-k8s-plugin-" in text and "is Running and Ready: see its log)" in text
+    # The healthy node was validated with a pod meanwhile, and that pod is gone.
+    assert [name for name in jobs_created(audit) if "gcu-node-1" in name] and not [n for n in jobs_created(audit) if "gcu-node-2" in n]
+    assert leftovers(cluster) == []
+
+
+def test_2_warn_mode_lets_up_succeed_and_reports_the_node(e2e):
+    stack, cluster = e2e
+    configure(stack, mode="warn")
+    lines: list[str] = []
+    stack.up(on_output=lines.append)
+    out = outputs(stack)
+    report = out["validation"]
+    assert report["passed"] is False and report["mode"] == "warn" and report["resource"] == GCU
+    (failure,) = report["failures"]
+    assert failure.startswith(MISSING + " (its pod enflame-gcu-k8s-plugin-")
+    assert report["nodes"]["gcu-node-1"]["passed"] and report["nodes"]["gcu-node-1"]["workload"] == "passed"
+    assert report["nodes"]["gcu-node-2"]["passed"] is False and report["nodes"]["gcu-node-2"]["workload"] == "not run"
+    assert out["readyResource"] == "5/5" and out["phase"] == "Degraded"
+    assert "GCU validation failed on gcu-node-2: no enflame.com/gcu in allocatable" in "".join(lines)
+    assert leftovers(cluster) == []
+
+
+def test_3_once_the_node_advertises_its_gcus_the_next_up_validates_it(e2e):
+    stack, cluster = e2e
+    cluster.set_node_status("gcu-node-2", allocatable={GCU: "4"}, capacity={GCU: "4"})
+    events: list = []
+    stack.preview(on_event=events.append)
+    changed = {
+        e.resource_pre_event.metadata.urn.split("::")[-1]
+        for e in events
+        if e.resource_pre_event is not None and str(getattr(e.resource_pre_event.metadata.op, "value", "")) not in ("same", "read")
+    }
+    assert changed == {"gcu-validation"}, changed  # seen at preview time, from the node's capacity
+    audit = AuditLog(cluster)
+    audit.mark()
+    stack.up(on_output=lambda _: None)
+    out = outputs(stack)
+    assert out["validation"]["passed"] is True and out["validation"]["failures"] == []
+    assert {n: r["workload"] for n, r in out["validation"]["nodes"].items()} == {"gcu-node-1": "passed", "gcu-node-2": "passed"}
+    assert out["phase"] == "Running" and out["readyResource"] == "5/5"
+    assert len(jobs_created(audit)) == 2
+    assert leftovers(cluster) == []
+
+
+def test_4_an_up_with_nothing_changed_runs_no_pod(e2e):
+    stack, cluster = e2e
+    audit = AuditLog(cluster)
+    audit.mark()
+    result = stack.up(on_output=lambda _: None)
+    assert {k: v for k, v in result.summary.resource_changes.items() if k != "same"} == {}
+    assert jobs_created(audit) == []
+    assert outputs(stack)["phase"] == "Running"
+
+
+def test_5_refresh_sees_a_node_that_lost_its_gcus_and_the_next_up_fails_naming_it(e2e):
+    stack, cluster = e2e
+    configure(stack, mode="fail")
+    stack.up(on_output=lambda _: None)  # a settings change validates again: both nodes pass
+    cluster.set_node_status("gcu-node-1", allocatable={GCU: None}, capacity={GCU: None})
+    try:
+        stack.refresh(on_output=lambda _: None)
+        state = validation_state(stack)
+        assert state["passed"] is False
+        assert state["drift"] and state["drift"][0].startswith("gcu-node-1: no enflame.com/gcu in allocatable (it passed validation at ")
+        with pytest.raises(auto.CommandError) as caught:
+            stack.up(on_output=lambda _: None)
+        assert "gcu-node-1: no enflame.com/gcu in allocatable after 5 s — is the device plugin running there?" in str(caught.value)
+        assert leftovers(cluster) == []
+    finally:
+        cluster.set_node_status("gcu-node-1", allocatable={GCU: "4"}, capacity={GCU: "4"})
+    stack.up(on_output=lambda _: None)
+    assert outputs(stack)["phase"] == "Running"
