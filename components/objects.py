@@ -278,6 +278,10 @@ def _affinity_values(pod_spec: dict) -> Iterator[tuple[str, str]]:
                 yield expression["key"], value
 
 
+# A host path is a directory or file the kubelet opens (and creates, DirectoryOrCreate) on the node.
+PATH_MAX, NAME_MAX = 4095, 255
+
+
 def _host_path_problem(path: str) -> Optional[str]:
     if ".." in path.split("/"):
         return "contains a '..' component, which the API server refuses"
@@ -285,6 +289,8 @@ def _host_path_problem(path: str) -> Optional[str]:
         return "contains a control character"
     if not path.startswith("/"):
         return "is not an absolute path"
+    if len(path.encode()) > PATH_MAX or any(len(part.encode()) > NAME_MAX for part in path.split("/")):
+        return f"is longer than a node's filesystem allows ({PATH_MAX} bytes, {NAME_MAX} per component)"
     return None
 
 
