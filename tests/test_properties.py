@@ -9,7 +9,7 @@ and against the rules that schema cannot express, implemented a second time from
 documentation (tests/k8s_rules.py); the blueprint also validates against the shipped JSON Schema.
 
 Profiles (HYPOTHESIS_PROFILE): `dev` (default, random, 50 examples per property), `ci`
-(derandomised, no deadline, same count) and `thorough` (600 examples, for hunting). None keeps
+(the default when CI is set: derandomised, no deadline, same count) and `thorough` (600 examples, for hunting). None keeps
 an example database in the checkout.
 """
 
@@ -43,7 +43,8 @@ settings.register_profile(
 )
 # For hunting: many more examples (minutes, not for CI).
 settings.register_profile("thorough", max_examples=600, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+# CI (CI=true) runs the derandomised profile: the same examples every run.
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 # kubernetes-validate reads a schema file per object validated: read each once (read-only use).
 kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(kubernetes_validate.utils.schema_contents)
