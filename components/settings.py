@@ -241,7 +241,10 @@ def load_settings(config: Mapping[str, Any], project_dir: Path, secret_keys: fro
     try:
         resource = GcuResource.model_validate(document)
     except ValidationError as error:
-        raise BlueprintError(describe(error, GcuResource), source) from None
+        problems = describe(error, GcuResource)
+        if options.blueprint is None:  # an inline spec's metadata.name is gcu-stack:name
+            problems = [p.replace("metadata.name:", f"{NAMESPACE}:name (metadata.name):", 1) if p.startswith("metadata.name:") else p for p in problems]
+        raise BlueprintError(problems, source) from None
     return StackSettings(
         resource=resource, source=source, options=options, project_dir=project_dir,
         secret_keys=secret_keys, link_settings=link_settings,

@@ -169,3 +169,7 @@ def test_yaml_anchors_and_merge_keys_still_work(tmp_path):
     run = run_program({"blueprint": str(path)})
     images = [c["image"] for d in daemonsets(run).values() for c in d.inputs["spec"]["template"]["spec"]["containers"]]
     assert "artifact.enflame.cn/galaxy_docker_hub/gcu/gcu-exporter:2.0" in images
+
+
+def test_an_invalid_inline_name_names_its_setting():
+    fails({"spec": SEED["spec"], "name": "Enflame GCU"}, "gcu-stack:name (metadata.name): 'Enflame GCU' is not a lowercase RFC 1123 name")
