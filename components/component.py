@@ -10,7 +10,7 @@ import pulumi_kubernetes as k8s
 
 from . import manifests
 from .k8s import declare, resource_info
-from .model import BuildContext, Extras, NodePort, StepContext
+from .model import BuildContext, Extras, NodePort, StepContext, StepResult
 from .resolve import ResolvedComponent
 from .status import DEPLOYING, RUNNING, is_ready, last_applied, workload_ready
 
@@ -63,6 +63,8 @@ class GcuComponent(pulumi.ComponentResource):
         self.resolved = resolved
         self.own_resources: list[dict] = []
         self._declared: list[pulumi.CustomResource] = []
+        # The manifests declared, by logical name (the component's step reads its workload's).
+        self.manifests: dict[str, dict] = {}
         extras = definition.extras(resolved, args.context) if definition.extras else Extras()
         base = [args.namespace] if args.namespace is not None else []
         first = list(args.after) + base + self._support(extras, args.context.instance, base)
@@ -75,7 +77,9 @@ class GcuComponent(pulumi.ComponentResource):
             manifest = manifests.workload_manifest(resolved, workload, args.context.instance, extras.pod)
             resource = self._declare(Planned(f"{self.key}-{kind.lower()}{suffix}", manifest, first))
             self.workloads.append(resource)
-            readiness.append(workload_ready(kind, resource))
+            if not (workload.definition.on_delete and definition.then is not None):
+                # (A workload its step replaces is ready when the step says so: pulumi does not wait for it.)
+                readiness.append(workload_ready(kind, resource))
             service = workload.definition.service
             if service is not None:
                 # After its workload: a Service is ready once it has endpoints, which need ready pods.
@@ -89,10 +93,11 @@ class GcuComponent(pulumi.ComponentResource):
 
         self.gate: list[pulumi.Resource] = list(self.workloads)
         done = pulumi.Output.all(*readiness).apply(all)
+        self.step: Optional[StepResult] = None
         if definition.then is not None and args.step is not None:
-            step = definition.then.declare(replace(args.step, parent=self, after=self.workloads, owner=self))
-            self.gate = [step.resource]
-            done = pulumi.Output.all(done, step.done).apply(all)
+            self.step = definition.then.declare(replace(args.step, parent=self, after=self.workloads, owner=self))
+            self.gate = [self.step.resource]
+            done = pulumi.Output.all(done, self.step.done).apply(all)
         self.status: pulumi.Output[dict] = pulumi.Output.all(done, last_applied(self._declared)).apply(
             lambda values: {
                 "name": self.key,
@@ -121,6 +126,7 @@ class GcuComponent(pulumi.ComponentResource):
 
     def _declare(self, planned: Planned) -> pulumi.CustomResource:
         self.own_resources.append(resource_info(planned.manifest))
+        self.manifests[planned.logical_name] = planned.manifest
         opts = pulumi.ResourceOptions(
             parent=self,
             depends_on=planned.depends_on or None,

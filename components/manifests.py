@@ -7,14 +7,20 @@ validated against the Kubernetes OpenAPI schema in tests and read by policies.
 from __future__ import annotations
 
 import hashlib
-from typing import Optional
+import json
+from typing import Any, Optional
 
 from .model import ContainerDef, PodAdditions, RbacDef
-from .names import DEPLOY_LABEL_PREFIX, OPERANDS_LABEL
+from .names import DEPLOY_LABEL_PREFIX, OPERANDS_LABEL, PAUSED_FOR_DRIVER_UPGRADE
 from .resolve import ResolvedComponent, ResolvedContainer, ResolvedWorkload
 from .spec import LABEL_VALUE
 
 PART_OF = "gcu-stack"
+# Where a container that mounts the host's /dev keeps its termination message (the default is in /dev).
+TERMINATION_LOG = "/tmp/termination-log"
+# On a DaemonSet its step replaces: the pod template's hash (template_hash).
+TEMPLATE_HASH_ANNOTATION = "gcu-stack.enflame.com/template-hash"
+WAIT_FOR = "pulumi.com/waitFor"
 NODE_CRITICAL = "system-node-critical"
 TOLERATIONS = (
     # GCU nodes are often tainted so that only GCU workloads land there.
@@ -136,6 +142,10 @@ def _container(resolved: ResolvedContainer, additions: PodAdditions) -> dict:
         body["readinessProbe"] = dict(spec.readiness)
     if mounts:
         body["volumeMounts"] = mounts
+    if any(m["mountPath"] == "/dev" for m in mounts):
+        # The kubelet mounts its termination log at /dev/termination-log by default: on the host's /dev
+        # that cannot be created (read-only) or lands on the node itself (read-write).
+        body["terminationMessagePath"] = TERMINATION_LOG
     return body
 
 
@@ -156,9 +166,11 @@ def _node_affinity(component: ResolvedComponent, additions: PodAdditions) -> Opt
     expressions = []
     if component.definition.gcu_nodes_only:
         # Operators opt a node out of one component, or of all, by setting the deploy
-        # label to "false"; nodes without the label (e.g. ones that just joined) qualify.
+        # label to "false"; nodes without the label (e.g. ones that just joined) qualify. An agent
+        # holding the GCU device also leaves a node while its driver is replaced.
+        excluded = ["false", PAUSED_FOR_DRIVER_UPGRADE] if component.definition.uses_device else ["false"]
         expressions += [
-            {"key": DEPLOY_LABEL_PREFIX + component.definition.key, "operator": "NotIn", "values": ["false"]},
+            {"key": DEPLOY_LABEL_PREFIX + component.definition.key, "operator": "NotIn", "values": excluded},
             {"key": OPERANDS_LABEL, "operator": "NotIn", "values": ["false"]},
         ]
     if additions.node_names:
@@ -198,13 +210,49 @@ def pod_template(component: ResolvedComponent, workload: ResolvedWorkload, insta
     return {"metadata": {"labels": labels(component, instance, workload.name)}, "spec": spec}
 
 
+def _digest(template: dict) -> str:
+    text = json.dumps(template, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _has_output(value: Any) -> bool:
+    import pulumi
+
+    if isinstance(value, pulumi.Output):
+        return True
+    if isinstance(value, dict):
+        return any(_has_output(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_output(v) for v in value)
+    return False
+
+
+def template_hash(template: dict) -> Any:
+    """A short, stable digest of a pod template: it changes exactly when the pods would.
+
+    A template running a built image (an Output until the build is done) gets its digest as an Output.
+    """
+    if _has_output(template):
+        import pulumi
+
+        return pulumi.Output.from_input(template).apply(_digest)
+    return _digest(template)
+
+
 def workload_manifest(component: ResolvedComponent, workload: ResolvedWorkload, instance: str, additions: PodAdditions) -> dict:
     kind = workload.definition.kind
     spec = {
         "selector": {"matchLabels": selector(workload)},
         "template": pod_template(component, workload, instance, additions),
     }
-    if kind == "DaemonSet":
+    meta = metadata(workload.name, component.namespace, labels(component, instance, workload.name))
+    if kind == "DaemonSet" and workload.definition.on_delete:
+        # Replaced node by node by the component's step, which compares the template's hash with the live
+        # DaemonSet's to plan the rollout. pulumi-kubernetes would wait for a rollout only the step performs:
+        # the step is its readiness gate.
+        spec["updateStrategy"] = {"type": "OnDelete"}
+        meta["annotations"] = {TEMPLATE_HASH_ANNOTATION: template_hash(spec["template"]), WAIT_FOR: "jsonpath={.status.observedGeneration}"}
+    elif kind == "DaemonSet":
         spec["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
     else:
         spec["replicas"] = 1
@@ -215,12 +263,7 @@ def workload_manifest(component: ResolvedComponent, workload: ResolvedWorkload, 
             if workload.definition.recreate
             else {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
         )
-    return {
-        "apiVersion": "apps/v1",
-        "kind": kind,
-        "metadata": metadata(workload.name, component.namespace, labels(component, instance, workload.name)),
-        "spec": spec,
-    }
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": meta, "spec": spec}
 
 
 def service_manifest(component: ResolvedComponent, workload: ResolvedWorkload, instance: str, node_port: Optional[int]) -> dict:

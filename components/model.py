@@ -109,6 +109,8 @@ class WorkloadDef:
     service: Optional[ServiceDef] = None
     # Deployments: Recreate for a single writer of a ReadWriteOnce volume (MySQL).
     recreate: bool = False
+    # DaemonSets: OnDelete; the component's step replaces the pods node by node (the driver's upgrade).
+    on_delete: bool = False
 
 
 AGENT_ENTRYPOINT = "/usr/local/bin/gcu-agent"
@@ -190,6 +192,7 @@ class StepContext:
     deployed: tuple  # every deployed ResolvedComponent
     results: dict  # earlier steps' StepResults, by step key
     owner: Any = None  # the GcuComponent of a component's step (its resolved spec, namespace, workloads)
+    instance: str = ""  # metadata.name of the GcuResource
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,8 @@ class StepResult:
     done: "pulumi.Output[bool]"
     outputs: dict = field(default_factory=dict)  # stack outputs it contributes
     facts: dict = field(default_factory=dict)  # plain values later steps may read (e.g. which nodes are GCU nodes)
+    # A GcuResource condition it reports (a driver upgrade's: action "upgrade", with progress), or None.
+    condition: Optional["pulumi.Output[Optional[dict]]"] = None
 
 
 @dataclass(frozen=True)
@@ -256,5 +261,7 @@ class ComponentDef:
     then: Optional[StepDef] = None
     # It installs the GCU driver: with it deployed, GCU nodes need no pre-installed driver.
     installs_driver: bool = False
+    # A node agent holding the GCU device: paused on a node while that node's driver is replaced.
+    uses_device: bool = False
     # Pod Security level for a namespace the stack creates for it; None: derived from host access.
     pod_security: Optional[str] = None

@@ -14,3 +14,5 @@ DEFAULT_REPOSITORY = "artifact.enflame.cn/enflame_docker_images/enflame"
 DEFAULT_VERSION = "latest"
 DEFAULT_PULL_POLICY = "IfNotPresent"
 KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
+# A node agent's deploy label while the driver under it is replaced (its DaemonSet's node affinity excludes it).
+PAUSED_FOR_DRIVER_UPGRADE = "paused-for-driver-upgrade"

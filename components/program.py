@@ -38,6 +38,7 @@ def main(project_dir: Optional[Path] = None) -> GcuStack:
         stack.outputs(),
         resource.metadata.generation,
         {key: step.done for key, step in stack.steps.items()},
+        [step.condition for step in stack.step_results() if step.condition is not None],
     )
     for name, value in outputs.items():
         pulumi.export(name, value)

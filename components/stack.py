@@ -82,6 +82,7 @@ class GcuStack(pulumi.ComponentResource):
             else None,
             deployed=tuple(self.deployed.values()),
             results={},
+            instance=name,
         )
         gates: dict[str, list[pulumi.Resource]] = {}
         self.components: list[GcuComponent] = []
@@ -109,6 +110,7 @@ class GcuStack(pulumi.ComponentResource):
         return StepContext(
             parent=self, after=after, settings=self._link_settings(key), cluster=context.cluster,
             host_provider=context.host_provider, deployed=context.deployed, results=context.results,
+            instance=context.instance,
         )
 
     def _component(self, definition: ComponentDef, after: list) -> GcuComponent:
@@ -129,15 +131,22 @@ class GcuStack(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self),
         )
 
+    def step_results(self) -> list[StepResult]:
+        """Every step's result: the standalone ones and the components' own."""
+        return [*self.steps.values(), *[c.step for c in self.components if c.step is not None]]
+
     def outputs(self) -> dict:
         """Stack outputs the components and steps add besides the status (e.g. the extender's URL)."""
         found: dict = {}
-        for step in links.STEPS:
+        owned = [c.then for c in links.LINKS.values() if isinstance(c, ComponentDef) and c.then is not None]
+        for step in (*links.STEPS, *owned):
             found.update(dict(step.empty_outputs))
         for result in self.steps.values():
             found.update(result.outputs)
         for component in self.components:
             definition = component.resolved.definition
+            if component.step is not None:
+                found.update(component.step.outputs)
             if definition.outputs is not None:
                 found.update(definition.outputs(component.resolved, self._link_settings(definition.key)))
         return found

@@ -19,11 +19,14 @@ PULUMI_MANAGER = "pulumi-kubernetes"
 
 
 def _field(obj: Any, camel: str, snake: str) -> Any:
+    """A field of a plain dict (camelCase) or of an SDK output type (its snake_case property)."""
     if obj is None:
         return None
+    if hasattr(obj, snake):
+        return getattr(obj, snake)
     if isinstance(obj, dict):
         return obj.get(camel, obj.get(snake))
-    return getattr(obj, snake, None)
+    return None
 
 
 def is_ready(kind: str, status: Any, replicas: Optional[int] = None) -> bool:
@@ -77,6 +80,7 @@ def status_outputs(
     step_outputs: dict[str, Any],
     generation: int,
     steps_done: Optional[Mapping[str, pulumi.Output[bool]]] = None,
+    step_conditions: Sequence[pulumi.Output[Optional[dict]]] = (),
 ) -> dict[str, pulumi.Output[Any]]:
     """GcuResource.status from the components' status entries and the steps' outputs.
 
@@ -126,6 +130,9 @@ def status_outputs(
         "resourceStatuses": statuses.apply(
             lambda values: [{k: v[k] for k in ("name", "namespace", "status", "ownResources")} for v in values]
         ),
-        "conditions": state.apply(lambda both: [condition(*both)]),
+        # The deploy condition, then what steps report (a driver upgrade's progress: action "upgrade").
+        "conditions": pulumi.Output.all(state, *step_conditions).apply(
+            lambda values: [condition(*values[0]), *[c for c in values[1:] if c]]
+        ),
         "observedGeneration": pulumi.Output.from_input(generation),
     }

@@ -159,3 +159,15 @@ def test_workload_waits_for_its_own_rbac_and_config():
         ("NodeFeatureRule", "enflame-gcu-present"),
     ]:
         assert run.one(kind, name).urn in deps
+
+
+def test_containers_mounting_the_host_dev_keep_their_termination_log_out_of_it():
+    """A kubelet mounts the termination log at /dev/termination-log by default: on a read-only host /dev the
+    container cannot start (seen on a real kubelet), on a writable one it lands on the node."""
+    run = run_program({"spec": seed_spec(**{"driver.notDeploy": False})})
+    for registration in daemonsets(run).values():
+        for container in pod_spec(registration)["containers"]:
+            if any(m["mountPath"] == "/dev" for m in container.get("volumeMounts", [])):
+                assert container["terminationMessagePath"] == "/tmp/termination-log", registration.k8s_name
+            else:
+                assert "terminationMessagePath" not in container

@@ -50,7 +50,12 @@ EXPECTED = {
     # containerd support: the toolkit reads its node's runtime (RBAC), mounts containerd's directories, and the
     # activation resource (DockerRuntime before, aliased) takes both runtimes' settings; its update on docker
     # nodes whose daemon.json is already right changes nothing there.
-    "update": {"DaemonSet::toolkit-daemonset", "ContainerRuntime::container-runtime"},
+    "update": {
+        "DaemonSet::toolkit-daemonset", "ContainerRuntime::container-runtime",
+        # Safe driver upgrades and real kubelets: the agents holding the GCU device leave a node while its
+        # driver is replaced (node affinity), and keep their termination log out of the host's /dev.
+        "DaemonSet::devicePlugin-daemonset", "DaemonSet::exporter-daemonset", "DaemonSet::gfd-daemonset",
+    },
     "create": {
         "ServiceAccount::toolkit-serviceaccount", "ClusterRole::toolkit-clusterrole",
         "ClusterRoleBinding::toolkit-clusterrolebinding", "RuntimeClass::toolkit-runtimeclass-enflame",

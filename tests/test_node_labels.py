@@ -312,3 +312,13 @@ def test_selection_by_nfd_label_names_or_selector():
     assert Selection().matches("a", nfd) and not Selection().matches("a", {})
     assert Selection(names=("b",)).matches("b", {}) and not Selection(names=("b",)).matches("a", nfd)
     assert Selection(selector=(("pool", "gcu"),)).matches("a", {"pool": "gcu"})
+
+
+def test_a_label_paused_by_a_driver_upgrade_stays_ours_and_is_no_drift():
+    from components.names import PAUSED_FOR_DRIVER_UPGRADE
+
+    labels = {PRESENT: "true", EXPORTER: PAUSED_FOR_DRIVER_UPGRADE, TOOLKIT: "true"}
+    recorded = annotated([PRESENT, EXPORTER, TOOLKIT])
+    plan = plan_node("n", labels, recorded, WANTED)
+    assert not plan.needs_write  # kept in the record, not overwritten: the upgrade puts it back
+    assert drift_of("n", labels, recorded, WANTED) == []

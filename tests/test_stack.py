@@ -16,6 +16,8 @@ def label(run, registration):
         return "gcuNodes"
     if registration.type == CONTAINER_RUNTIME:
         return "containerRuntime"
+    if registration.type == "pulumi-python:dynamic/gcu:DriverUpgrade":
+        return "driverUpgrade"
     if registration.inputs.get("kind") in ("DaemonSet", "Deployment"):
         return run.by_urn(registration.parent).name
     return None
@@ -54,7 +56,11 @@ def test_both_provider_resources_come_before_the_device_plugin_and_are_children(
 def test_driver_slots_in_between_gcu_nodes_and_toolkit():
     run = run_program({"spec": seed_spec(**{"driver.notDeploy": False})})
     assert waits_for(run, "driver") == {"gcuNodes"}
-    assert waits_for(run, "toolkit") == {"driver"}
+    # The toolkit waits for the driver's step: the driver at its version on every GCU node.
+    assert waits_for(run, "toolkit") == {"driverUpgrade"}
+    upgrade = run.single("pulumi-python:dynamic/gcu:DriverUpgrade")
+    assert run.by_urn(upgrade.parent).name == "driver"
+    assert {label(run, run.by_urn(u)) for u in upgrade.dependencies} >= {"driver", "gcuNodes"}
 
 
 def test_skipping_the_device_plugin_makes_exporter_wait_for_the_runtime():

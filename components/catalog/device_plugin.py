@@ -14,6 +14,7 @@ DEVICE_PLUGIN = ComponentDef(
     # The seed's field table calls it `plugin`; its example blueprint says `devicePlugin`.
     spec_aliases=("plugin",),
     excludes=("gcusharePlugin",),
+    uses_device=True,  # paused on a node while its driver is replaced
     after=("toolkit",),
     workloads=one(
         ContainerDef(

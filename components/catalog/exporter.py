@@ -43,6 +43,7 @@ EXPORTER = ComponentDef(
     default_name="enflame-gcu-exporter",
     default_image="gcu-exporter",
     after=("devicePlugin", "gcusharePlugin"),
+    uses_device=True,  # paused on a node while its driver is replaced
     workloads=one(
         ContainerDef(
             name="gcu-exporter",

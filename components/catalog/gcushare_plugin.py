@@ -44,6 +44,7 @@ GCUSHARE_PLUGIN = ComponentDef(
     default_image="gcushare-device-plugin",
     spec_model=GcuSharePluginSpec,
     # It takes the device plugin's place in the chain.
+    uses_device=True,  # paused on a node while its driver is replaced
     after=("toolkit",),
     workloads=one(
         ContainerDef(

@@ -11,6 +11,7 @@ GFD = ComponentDef(
     default_name="enflame-gcu-feature-discovery",
     default_image="gcu-gfd",
     after=("devicePlugin", "gcusharePlugin"),
+    uses_device=True,  # paused on a node while its driver is replaced
     workloads=one(
         ContainerDef(name="gcu-feature-discovery", args=("--sleep-interval=60s",), mounts=(DEV, SYS)),
     ),

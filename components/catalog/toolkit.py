@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 
 from ..hoststate import HERE as NODE_CODE, NODE_FILES, runtime_host
-from ..hoststate.transports import HOST_ROOT, IN_HOST, ContainerdBackend, DockerBackend
+from ..hoststate.transports import HOST_ROOT, ContainerdBackend, DockerBackend, in_pod
 from ..manifests import labels, metadata
 from ..model import BuildContext, ComponentDef, ContainerDef, Extras, HostMount, ImageDef, PodAdditions, RbacDef, Resources
 from ..resolve import ResolvedComponent
@@ -34,7 +34,7 @@ def _environment(settings: RuntimeSettings) -> dict[str, str]:
                 "DOCKER_HOST": "unix://" + inside(docker.docker_host[len("unix://"):]),
                 "DOCKER_PID_FILE": inside(docker.pid_file),
                 # hostPID: the host's init restarts docker, not this container.
-                "DOCKER_RESTART_COMMAND": shlex.join([*IN_HOST, *docker.restart_command]),
+                "DOCKER_RESTART_COMMAND": shlex.join(in_pod(docker.model_dump(by_alias=True))),
             }
         )
     if "containerd" in settings.runtimes():
@@ -45,7 +45,7 @@ def _environment(settings: RuntimeSettings) -> dict[str, str]:
                 "CONTAINERD_CONFIG": containerd.config_toml,
                 "CONTAINERD_DROPIN": containerd.dropin,
                 "CONTAINERD_ADDRESS": containerd.address,
-                "CONTAINERD_RESTART_COMMAND": shlex.join([*IN_HOST, *containerd.restart_command]),
+                "CONTAINERD_RESTART_COMMAND": shlex.join(in_pod(containerd.model_dump(by_alias=True))),
                 "CONTAINERD_SET_DEFAULT": "true" if containerd.set_default_runtime else "false",
                 "HOST_ROOT": HOST_ROOT,
             }

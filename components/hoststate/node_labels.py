@@ -14,10 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ..names import DEPLOY_LABEL_PREFIX, GCU_PRESENT_LABEL, NFD_PCI_LABEL, OPERANDS_LABEL
+from ..names import DEPLOY_LABEL_PREFIX, GCU_PRESENT_LABEL, NFD_PCI_LABEL, OPERANDS_LABEL, PAUSED_FOR_DRIVER_UPGRADE
 
 MANAGED_ANNOTATION = "gcu-stack.enflame.com/managed-labels"
 OUR_VALUE = "true"
+# Values a label of ours may hold and stay ours: a node agent paused while the driver under it is replaced.
+OURS = (OUR_VALUE, PAUSED_FOR_DRIVER_UPGRADE)
 DEFAULT_DRIVER_LABEL = "enflame.com/gcu.driver.present=true"
 
 
@@ -86,7 +88,7 @@ def plan_node(name: str, labels: dict[str, str], annotations: dict[str, str], wa
     # A label that exists with any value is the operator's (or NFD's): never overwritten.
     add = {k: v for k, v in wanted.items() if k not in labels}
     remove = [k for k in previous if k not in wanted and labels.get(k) == OUR_VALUE]
-    kept = {k for k in previous if k in wanted and (k not in labels or labels.get(k) == OUR_VALUE)}
+    kept = {k for k in previous if k in wanted and (k not in labels or labels.get(k) in OURS)}
     recorded = tuple(sorted(kept | set(add)))
     patch: dict[str, Optional[str]] = dict(add)
     patch.update({k: None for k in remove})
@@ -99,7 +101,7 @@ def drift_of(name: str, labels: dict[str, str], annotations: dict[str, str], wan
     for key in recorded_labels(annotations):
         if key not in labels:
             found.append(f"{name}: managed label {key} was removed")
-        elif labels[key] != OUR_VALUE and key in wanted:
+        elif labels[key] not in OURS and key in wanted:
             found.append(f"{name}: managed label {key} changed to {labels[key]!r}")
     for key in wanted:
         if key not in labels and key not in recorded_labels(annotations):

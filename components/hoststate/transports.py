@@ -27,6 +27,12 @@ IN_HOST = ("nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--")
 ACTIVATION_POD = "gcu-runtime-activate"
 
 
+def in_pod(options: dict) -> list[str]:
+    """A runtime's restart command as a pod on the node runs it: in the host's namespaces unless told otherwise."""
+    command = list(options["restartCommand"])
+    return command if options.get("restartIn") == "container" else [*IN_HOST, *command]
+
+
 class DockerBackend:
     """docker on a node: enflame as the default runtime in daemon.json."""
 
@@ -43,7 +49,7 @@ class DockerBackend:
             daemon_json=place(o["daemonJson"]),
             docker_host="unix://" + place(o["dockerHost"][len("unix://"):]),
             pid_file=place(o["pidFile"]),
-            restart_command=[*IN_HOST, *o["restartCommand"]] if inside else list(o["restartCommand"]),
+            restart_command=in_pod(o) if inside else list(o["restartCommand"]),
             label=label,
             verify_seconds=float(o.get("verifySeconds") or 20.0),
         )
@@ -89,7 +95,7 @@ class ContainerdBackend:
             config_toml=o["configToml"],
             dropin=o["dropin"],
             address=o["address"],
-            restart_command=[*IN_HOST, *o["restartCommand"]] if inside else list(o["restartCommand"]),
+            restart_command=in_pod(o) if inside else list(o["restartCommand"]),
             set_default=bool(o["setDefaultRuntime"]),
             host_root=HOST_ROOT if inside else "",
             label=label,

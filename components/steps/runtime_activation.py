@@ -39,6 +39,9 @@ class _RuntimeOptions(BaseModel):
     transport: Literal["pod", "local"] = "pod"
     runtime_path: str = Field(runtime_host.DEFAULT_RUNTIME_PATH, alias="runtimePath")
     timeout_seconds: int = Field(300, alias="timeoutSeconds", ge=10)
+    # Where a pod on the node runs restartCommand: host (the host's namespaces through PID 1, for systemd);
+    # container (in the pod itself, which has hostPID and the runtime's directories under /host).
+    restart_in: Literal["host", "container"] = Field("host", alias="restartIn")
 
 
 class DockerRuntimeOptions(_RuntimeOptions):

@@ -100,10 +100,16 @@ def _report(options: ValidationOptions, resource: str, values: list, owner: Opti
     }
 
 
-def declare(context: StepContext) -> StepResult:
-    options: ValidationOptions = context.settings.validation
+def validation_inputs(options: ValidationOptions, context: StepContext, warn: bool = True) -> Optional[GcuValidationInputs]:
+    """What GcuValidation checks, for the stack's plugin; None without a device plugin (nothing to validate).
+
+    The driver's upgrade validates each node with the same inputs before uncordoning it.
+    """
     deployed = {c.definition.key: c for c in context.deployed}
-    (plugin_key,) = [k for k in PLUGINS if k in deployed]  # the two exclude each other
+    plugins = [k for k in PLUGINS if k in deployed]  # the two exclude each other
+    if not plugins:
+        return None
+    (plugin_key,) = plugins
     plugin = deployed[plugin_key]
     (workload,) = plugin.workloads
     source = deployed.get(IMAGE_FROM)
@@ -112,39 +118,46 @@ def declare(context: StepContext) -> StepResult:
         source.containers[0].pull_policy if source is not None and not options.image else "IfNotPresent"
     )
     run_workload = options.workload and image is not None
-    if options.enabled and options.workload and image is None:
+    if warn and options.enabled and options.workload and image is None:
         pulumi.log.warn(
             "gcu-stack:validation: the toolkit is not deployed, so there is no image for the workload pod; "
             "only capacity is validated (set gcu-stack:validation image, or workload: false)"
         )
+    return GcuValidationInputs(
+        nodes=context.results[GCU_NODES].resource.nodes,
+        plugin=plugin_key,
+        pluginName=workload.name,
+        pluginNamespace=plugin.namespace,
+        resource=PLUGINS[plugin_key],
+        nodeSelector=dict(workload.node_selector or {}),
+        nodeNames=list(getattr(plugin.spec, "gcushare_nodes", None) or []),
+        enabled=options.enabled,
+        mode=options.mode,
+        timeoutSeconds=options.timeout_seconds,
+        workload=run_workload,
+        sampleSize=options.sample_size,
+        parallel=options.parallel,
+        workloadTimeoutSeconds=options.workload_timeout_seconds,
+        image=image if run_workload else None,
+        imagePullPolicy=pull_policy,
+        command=list(options.command),
+        runtimeClassName=options.runtime_class_name,
+        namespace=options.namespace or plugin.namespace,
+        instance=context.instance,
+        revision=revision(context.deployed, plugin_key),
+        trigger=options.trigger,
+        kubeconfig=context.cluster.kubeconfig,
+        context=context.cluster.context,
+    )
+
+
+def declare(context: StepContext) -> StepResult:
+    options: ValidationOptions = context.settings.validation
+    inputs = validation_inputs(options, context)
+    plugin_key = inputs.plugin
     resource = GcuValidation(
         "gcu-validation",
-        GcuValidationInputs(
-            nodes=context.results[GCU_NODES].resource.nodes,
-            plugin=plugin_key,
-            pluginName=workload.name,
-            pluginNamespace=plugin.namespace,
-            resource=PLUGINS[plugin_key],
-            nodeSelector=dict(workload.node_selector or {}),
-            nodeNames=list(getattr(plugin.spec, "gcushare_nodes", None) or []),
-            enabled=options.enabled,
-            mode=options.mode,
-            timeoutSeconds=options.timeout_seconds,
-            workload=run_workload,
-            sampleSize=options.sample_size,
-            parallel=options.parallel,
-            workloadTimeoutSeconds=options.workload_timeout_seconds,
-            image=image if run_workload else None,
-            imagePullPolicy=pull_policy,
-            command=list(options.command),
-            runtimeClassName=options.runtime_class_name,
-            namespace=options.namespace or plugin.namespace,
-            instance=context.parent.pulumi_resource_name,
-            revision=revision(context.deployed, plugin_key),
-            trigger=options.trigger,
-            kubeconfig=context.cluster.kubeconfig,
-            context=context.cluster.context,
-        ),
+        inputs,
         pulumi.ResourceOptions(parent=context.parent, depends_on=context.after or None, provider=context.host_provider),
     )
     report = pulumi.Output.all(resource.passed, resource.results, resource.skipped, resource.failures, resource.validatedAt)

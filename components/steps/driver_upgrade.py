@@ -1,0 +1,204 @@
+"""The driver's step: upgrades roll node by node (components/hoststate/driver_upgrade.py), planned in the preview.
+
+The driver DaemonSet is OnDelete, so changing it (a new `spec.driver.version`) starts
+nothing by itself; this step moves GCU pods off each node, pauses the GCU operands there,
+replaces the driver pod, validates the node and uncordons it, in waves. The preview prints
+the plan from the live cluster: old → new driver, the nodes of each wave with the pods each
+eviction moves, skipped nodes and why, and the most nodes unavailable at once.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import pulumi
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..config import one_setting
+from ..hoststate import cluster_view
+from ..hoststate.driver_upgrade import (
+    CORDONED_ANNOTATION,
+    REVISION_LABEL,
+    SKIP_LABEL,
+    DriverUpgrade,
+    DriverUpgradeInputs,
+    NodeFacts,
+    describe,
+    plan,
+    requests_gcu,
+)
+from ..manifests import TEMPLATE_HASH_ANNOTATION
+from ..hoststate.bundled import as_props
+from ..model import StepContext, StepDef, StepResult
+from ..names import GCU_RESOURCE, GCUSHARE_RESOURCE
+from .gcu_nodes import KEY as GCU_NODES
+from .validation import validation_inputs
+
+PERCENT_OR_COUNT = re.compile(r"^([0-9]+|[0-9]{1,3}%)$")
+
+
+class WaitForCompletion(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Pods (label selector, e.g. "app=training") that finish on their own before the node is drained; "" waits for none.
+    selector: str = ""
+    timeout_seconds: int = Field(0, alias="timeoutSeconds", ge=0)
+
+
+class Drain(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # When eviction does not finish in time (a PodDisruptionBudget holds it): delete the GCU pods anyway.
+    enabled: bool = False
+    timeout_seconds: int = Field(300, alias="timeoutSeconds", ge=10)
+
+
+class DriverUpgradeOptions(BaseModel):
+    """`gcu-stack:driverUpgrade`: how a driver change rolls over the GCU nodes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_parallel: int = Field(1, alias="maxParallel", ge=1)
+    # How many GCU nodes may be unavailable at once (nodes already unschedulable count): "25%" or a count.
+    max_unavailable: str = Field("25%", alias="maxUnavailable")
+    wait_for_completion: WaitForCompletion = Field(default_factory=WaitForCompletion, alias="waitForCompletion")
+    eviction_timeout_seconds: int = Field(300, alias="evictionTimeoutSeconds", ge=1)
+    drain: Drain = Field(default_factory=Drain)
+    driver_ready_timeout_seconds: int = Field(600, alias="driverReadyTimeoutSeconds", ge=10)
+    operand_ready_timeout_seconds: int = Field(300, alias="operandReadyTimeoutSeconds", ge=10)
+
+    @field_validator("max_unavailable", mode="before")
+    @classmethod
+    def _percent_or_count(cls, value):
+        text = str(value).strip()
+        if not PERCENT_OR_COUNT.match(text) or text in ("0", "0%"):
+            raise ValueError(f"{value!r}: a node count (1 or more) or a percentage such as 25%")
+        return text
+
+
+DriverUpgradeSettings = one_setting("DriverUpgradeSettings", "driver_upgrade", "driverUpgrade", DriverUpgradeOptions)
+
+
+def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeInputs, kubeconfig) -> None:
+    """The plan, from the live cluster, in the preview's output (and `pulumi up`'s)."""
+    try:
+        from ..hoststate.cluster import core_api
+        from kubernetes import client
+        import json
+
+        api = core_api(kubeconfig, inputs.context)
+        apps = client.AppsV1Api(api.api_client)
+        nodes = cluster_view.gcu_nodes(kubeconfig, inputs.context, context.results[GCU_NODES].facts["selection"])
+        name, namespace = daemonset["metadata"]["name"], daemonset["metadata"]["namespace"]
+        try:
+            live = json.loads(apps.read_namespaced_daemon_set(name, namespace, _preload_content=False).data)
+        except client.exceptions.ApiException as error:
+            if error.status != 404:
+                raise
+            pulumi.log.info("driver: not deployed yet; its pods start at the new version, nothing to upgrade")
+            return
+        selector = ",".join(f"{k}={v}" for k, v in live["spec"]["selector"]["matchLabels"].items())
+        pods = json.loads(api.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False).data)["items"]
+        drivers = {p["spec"].get("nodeName"): p for p in pods if not p["metadata"].get("deletionTimestamp")}
+        unchanged = (live["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION) == inputs.template
+        # A new template: every driver pod becomes old. The same one: only pods an earlier rollout left behind.
+        revision = _live_revision(apps, live) if unchanged else "(the new revision)"
+        facts = []
+        for node in nodes:
+            driver = drivers.get(node.name)
+            on_node = json.loads(api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.name}", _preload_content=False).data)["items"]
+            facts.append(NodeFacts(
+                name=node.name,
+                unschedulable=node.unschedulable,
+                labels=node.labels,
+                annotations=node.annotations,
+                driver_revision=(driver["metadata"].get("labels") or {}).get(REVISION_LABEL) if driver else None,
+                gcu_pods=[f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in on_node
+                          if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                          and not any(o.get("kind") == "DaemonSet" for o in p["metadata"].get("ownerReferences") or [])
+                          and requests_gcu(p, inputs.resources)],
+            ))
+        old_images = sorted({c["image"] for p in drivers.values() for c in p["spec"]["containers"]})
+        the_plan = plan(facts, revision, inputs.maxParallel, inputs.maxUnavailable)
+        image = daemonset["spec"]["template"]["spec"]["containers"][0]["image"]
+        for line in describe(the_plan, image if isinstance(image, str) else "the new driver", old_images, inputs.maxParallel, inputs.maxUnavailable):
+            pulumi.log.info(line)
+    except Exception as error:  # noqa: BLE001 - a preview without cluster access still previews
+        pulumi.log.warn(f"driver upgrade plan: the live cluster could not be read ({error}); the rollout reads it when it runs")
+
+
+def _live_revision(apps, daemonset: dict) -> str:
+    import json
+
+    revisions = json.loads(apps.list_namespaced_controller_revision(daemonset["metadata"]["namespace"], _preload_content=False).data)["items"]
+    owned = [r for r in revisions if any(o.get("uid") == daemonset["metadata"]["uid"] for o in r["metadata"].get("ownerReferences") or [])]
+    return max(owned, key=lambda r: r.get("revision", 0))["metadata"]["labels"][REVISION_LABEL] if owned else "(unknown)"
+
+
+def _condition(values: list) -> Optional[dict]:
+    """GcuResource's `upgrade` condition, when the last rollout upgraded (or failed on) a node."""
+    upgraded, failed, nodes, message = values[0] or [], values[1] or {}, values[2] or {}, values[3] or ""
+    if not upgraded and not failed:
+        return None
+    total = len([n for n, state in nodes.items() if state != "skipped"]) or 1
+    finished = sum(1 for state in nodes.values() if state in ("done", "current"))
+    return {
+        "action": "upgrade",
+        "status": "failed" if failed else "success",
+        "reason": "nodeFailed" if failed else "success",
+        "message": "; ".join(f"{n}: {why}" for n, why in sorted(failed.items())) if failed else message,
+        "progress": min(100, finished * 100 // total),
+        "lastUpdateTime": None,
+    }
+
+
+def declare(context: StepContext) -> StepResult:
+    options: DriverUpgradeOptions = context.settings.driver_upgrade
+    driver = context.owner
+    ((_, daemonset),) = [(n, m) for n, m in driver.manifests.items() if m["kind"] == "DaemonSet"]
+    # The node agents that hold the GCU device: paused on a node while its driver is replaced.
+    operands = sorted(c.definition.key for c in context.deployed if c.definition.uses_device)
+    # Each node is validated (as the validation step does for all) before it is uncordoned.
+    checks = validation_inputs(context.settings.validation, context, warn=False)
+    validation = as_props(checks) if checks is not None else None
+    inputs = DriverUpgradeInputs(
+        daemonSet=daemonset["metadata"]["name"],
+        namespace=daemonset["metadata"]["namespace"],
+        template=daemonset["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION],
+        image=daemonset["spec"]["template"]["spec"]["containers"][0]["image"],
+        nodes=context.results[GCU_NODES].resource.nodes,
+        operands=operands,
+        resources=[GCU_RESOURCE, GCUSHARE_RESOURCE],
+        maxParallel=options.max_parallel,
+        maxUnavailable=options.max_unavailable,
+        waitForCompletion=options.wait_for_completion.model_dump(by_alias=True),
+        evictionTimeoutSeconds=options.eviction_timeout_seconds,
+        drain=options.drain.model_dump(by_alias=True),
+        driverReadyTimeoutSeconds=options.driver_ready_timeout_seconds,
+        operandReadyTimeoutSeconds=options.operand_ready_timeout_seconds,
+        validation=validation,
+        kubeconfig=context.cluster.kubeconfig,
+        context=context.cluster.context,
+    )
+    pulumi.Output.from_input(context.cluster.kubeconfig).apply(lambda kubeconfig: _preview_plan(context, daemonset, inputs, kubeconfig))
+    resource = DriverUpgrade(
+        "driver-upgrade", inputs,
+        pulumi.ResourceOptions(parent=driver, depends_on=context.after, provider=context.host_provider),
+    )
+    done = resource.failed.apply(lambda failed: not failed)
+    condition = pulumi.Output.all(resource.upgraded, resource.failed, resource.states, resource.message).apply(_condition)
+    return StepResult(
+        condition=condition,
+        resource=resource,
+        done=done,
+        outputs={"driverUpgrade": pulumi.Output.all(resource.states, resource.failed, resource.upgraded, resource.skipped).apply(
+            lambda values: {"nodes": values[0] or {}, "failed": values[1] or {}, "upgraded": values[2] or [], "skipped": values[3] or {}}
+        )},
+    )
+
+
+# Owned by the driver (its `then`): after the driver DaemonSet; successors (the toolkit) wait for the rollout.
+DRIVER_UPGRADE = StepDef(
+    key="driverUpgrade", after=(), declare=declare, settings=DriverUpgradeSettings, empty_outputs=(("driverUpgrade", None),)
+)

@@ -1,0 +1,225 @@
+"""The driver rollout (components/hoststate/driver_upgrade.py) against a real kube-apiserver 1.33 with kwok nodes.
+
+The cluster carries what the stack would have deployed on GCU nodes that advertise
+`enflame.com/gcu`: the driver DaemonSet (OnDelete) and a device plugin, GCU jobs with a
+PodDisruptionBudget and ordinary pods. A new driver image then rolls out node by node.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from components.catalog import BY_KEY
+from components.hoststate import driver_upgrade as du
+from components.manifests import workload_manifest
+from components.model import PodAdditions
+from components.resolve import resolve
+from components.spec import BaseFields
+
+GCU = {"feature.node.kubernetes.io/pci-1e36.present": "true", "enflame.com/gcu.present": "true"}
+NODES = [(f"gcu-node-{i}", dict(GCU), {"capacity": {"enflame.com/gcu": "4"}}) for i in range(1, 5)] + [("cpu-node-1", {})]
+GCU_NODES = [n for n, *_ in NODES if n.startswith("gcu")]
+
+
+def resolved(key: str, **spec):
+    return resolve(BY_KEY[key], BaseFields.model_validate(spec), f"spec.{key}")
+
+
+def manifest(key: str, **spec) -> dict:
+    component = resolved(key, **spec)
+    (workload,) = component.workloads
+    return workload_manifest(component, workload, "enflame-gcu-resource", PodAdditions())
+
+
+def props(cluster, **overrides) -> dict:
+    values = {
+        "daemonSet": "enflame-gcu-driver",
+        "namespace": "kube-system",
+        "template": "t",
+        "image": "gcu-driver:2.0",
+        "nodes": list(GCU_NODES),
+        "operands": ["devicePlugin"],
+        "resources": ["enflame.com/gcu", "enflame.com/gcu-memory"],
+        "maxParallel": 1,
+        "maxUnavailable": "50%",
+        "waitForCompletion": {"selector": "", "timeoutSeconds": 0},
+        "evictionTimeoutSeconds": 30,
+        "drain": {"enabled": False, "timeoutSeconds": 30},
+        "driverReadyTimeoutSeconds": 30,
+        "operandReadyTimeoutSeconds": 60,
+        "validation": None,
+        "kubeconfig": cluster.kubeconfig,
+        "context": None,
+    }
+    values.update(overrides)
+    return values
+
+
+def apply(cluster, objects: list) -> None:
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+
+
+def pods(cluster, selector: str, namespace: str = "default") -> list[dict]:
+    return json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout)["items"]
+
+
+def node(cluster, name: str) -> dict:
+    return json.loads(cluster.kubectl("get", "node", name, "-o", "json").stdout)
+
+
+def wait_until(predicate, seconds: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def gcu_job(name: str, replicas: int) -> list[dict]:
+    labels = {"app": name}
+    return [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"},
+         "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+             "nodeSelector": {"enflame.com/gcu.present": "true"},
+             "containers": [{"name": "train", "image": "train:1", "resources": {"limits": {"enflame.com/gcu": "1"}}}]}}}},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": "default"},
+         "spec": {"minAvailable": replicas - 1, "selector": {"matchLabels": labels}}},
+    ]
+
+
+def ordinary(name: str) -> dict:
+    labels = {"app": name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"replicas": 4, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+                "containers": [{"name": "web", "image": "web:1"}]}}}}
+
+
+def all_ready(cluster, selector: str, count: int, namespace: str = "default") -> bool:
+    found = [p for p in pods(cluster, selector, namespace) if not p["metadata"].get("deletionTimestamp")]
+    return len(found) == count and all(
+        any(c["type"] == "Ready" and c["status"] == "True" for c in (p.get("status") or {}).get("conditions") or []) for p in found
+    )
+
+
+class CordonWatch:
+    """The most nodes gcu-stack had cordoned at any one time (polled from the API server)."""
+
+    def __init__(self, cluster):
+        self.cluster, self.most, self._stop = cluster, 0, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            items = json.loads(self.cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+            ours = [n for n in items if (n["metadata"].get("annotations") or {}).get(du.CORDONED_ANNOTATION) == "true"]
+            self.most = max(self.most, len(ours))
+            time.sleep(0.2)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self.thread.join()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from devtools.localcluster import LocalCluster
+
+    with LocalCluster(tmp_path_factory.mktemp("driver-upgrade"), nodes=NODES, audit=False) as running:
+        apply(running, [manifest("driver", version="1.0"), manifest("devicePlugin")])
+        wait_until(lambda: all_ready(running, "app.kubernetes.io/name=enflame-gcu-driver", 4, "kube-system"), what="driver pods")
+        wait_until(lambda: all_ready(running, "app.kubernetes.io/name=enflame-gcu-k8s-plugin", 4, "kube-system"), what="plugin pods")
+        apply(running, [*gcu_job("training", 2), ordinary("web")])
+        wait_until(lambda: all_ready(running, "app=training", 2) and all_ready(running, "app=web", 4), what="workloads")
+        yield running
+
+
+def uids(cluster, selector: str) -> set:
+    return {p["metadata"]["uid"] for p in pods(cluster, selector)}
+
+
+def test_the_plan_in_waves_with_skips_and_the_worst_case(cluster):
+    api = du.Cluster(props(cluster))
+    facts = api.facts(GCU_NODES)
+    revision = api.current_revision()
+    # Nothing to do while every driver pod runs the current revision.
+    assert du.plan(facts, revision, 1, "50%").waves == []
+    pretend = du.plan(facts, "a-new-revision", 2, "50%")
+    assert pretend.nodes == GCU_NODES and all(len(w) <= 2 for w in pretend.waves)
+    assert pretend.most_unavailable <= 2
+    lines = du.describe(pretend, "gcu-driver:2.0", ["gcu-driver:1.0"], 2, "50%")
+    assert lines[0].startswith("driver upgrade planned: gcu-driver:1.0 → gcu-driver:2.0, 4 of 4 GCU node(s)")
+    assert any("training-" in line for line in lines)  # the GCU pods each wave evicts are named
+
+
+def test_rollout_moves_only_gcu_pods_one_node_at_a_time_and_restores_every_node(cluster):
+    ordinary_before = uids(cluster, "app=web")
+    cluster.kubectl("cordon", "gcu-node-3")  # an operator's cordon: it stays after the upgrade
+    cluster.kubectl("label", "node", "gcu-node-4", f"{du.SKIP_LABEL}=true")
+    apply(cluster, [manifest("driver", version="2.0")])
+    with CordonWatch(cluster) as watch:
+        outputs = du.rollout(props(cluster))
+    assert watch.most == 1  # maxParallel 1: never two nodes cordoned by gcu-stack at once
+    assert outputs["upgraded"] == ["gcu-node-1", "gcu-node-2", "gcu-node-3"]
+    assert outputs["skipped"] == {"gcu-node-4": f"label {du.SKIP_LABEL}=true"}
+    assert outputs["failed"] == {}
+    revision = outputs["revision"]
+    drivers = {p["spec"]["nodeName"]: p for p in pods(cluster, "app.kubernetes.io/name=enflame-gcu-driver", "kube-system")}
+    for name in ("gcu-node-1", "gcu-node-2", "gcu-node-3"):
+        assert drivers[name]["metadata"]["labels"][du.REVISION_LABEL] == revision
+        meta = node(cluster, name)["metadata"]
+        assert meta["labels"][du.STATE_LABEL] == du.DONE
+        assert du.PAUSED_ANNOTATION not in (meta.get("annotations") or {})
+        assert "enflame.com/gcu.deploy.devicePlugin" not in meta["labels"]  # it had none: none afterwards
+    assert drivers["gcu-node-4"]["metadata"]["labels"][du.REVISION_LABEL] != revision  # skipped: left as it was
+    assert not node(cluster, "gcu-node-1")["spec"].get("unschedulable")
+    assert node(cluster, "gcu-node-3")["spec"]["unschedulable"] is True  # was cordoned before: still is
+    assert uids(cluster, "app=web") == ordinary_before  # pods without a GCU were not touched
+    wait_until(lambda: all_ready(cluster, "app=training", 2), what="GCU jobs back")
+    wait_until(lambda: all_ready(cluster, "app.kubernetes.io/name=enflame-gcu-k8s-plugin", 4, "kube-system"), what="plugins back")
+    cluster.kubectl("uncordon", "gcu-node-3")
+    cluster.kubectl("label", "node", "gcu-node-4", f"{du.SKIP_LABEL}-")
+
+
+def test_a_node_whose_new_driver_never_gets_ready_halts_the_rollout_and_the_next_run_resumes(cluster):
+    # The new driver pod cannot land on gcu-node-2 (a taint it does not tolerate): its upgrade fails.
+    cluster.kubectl("taint", "node", "gcu-node-2", "gcu-test/broken=true:NoSchedule")
+    apply(cluster, [manifest("driver", version="3.0")])
+    with pytest.raises(RuntimeError) as caught:
+        du.rollout(props(cluster, driverReadyTimeoutSeconds=10))
+    message = str(caught.value)
+    assert "gcu-node-2 failed at restart driver" in message and "not started: gcu-node-3, gcu-node-4" in message
+    broken = node(cluster, "gcu-node-2")
+    assert broken["spec"]["unschedulable"] is True and broken["metadata"]["labels"][du.STATE_LABEL] == du.FAILED
+    assert "no new driver pod" in broken["metadata"]["annotations"][du.REASON_ANNOTATION]
+    for later in ("gcu-node-3", "gcu-node-4"):  # untouched
+        assert node(cluster, later)["metadata"]["labels"].get(du.STATE_LABEL) in (None, du.DONE)
+        assert not node(cluster, later)["spec"].get("unschedulable")
+    done_first = node(cluster, "gcu-node-1")["metadata"]["resourceVersion"]
+    cluster.kubectl("taint", "node", "gcu-node-2", "gcu-test/broken-")
+    outputs = du.rollout(props(cluster))
+    assert outputs["upgraded"] == ["gcu-node-2", "gcu-node-3", "gcu-node-4"]  # the failed node first, no repeat of gcu-node-1
+    assert node(cluster, "gcu-node-1")["metadata"]["resourceVersion"] == done_first
+    assert all(not node(cluster, n)["spec"].get("unschedulable") for n in GCU_NODES)
+
+
+def test_delete_leaves_nothing_of_ours_even_mid_upgrade(cluster):
+    apply(cluster, [manifest("driver", version="4.0")])
+    # Interrupt a node half-way: cordoned and paused by gcu-stack, then delete the resource.
+    half = du.NodeUpgrade(du.Cluster(props(cluster)), "gcu-node-1", "x", lambda _: None)
+    half.state(du.UPGRADE_REQUIRED)
+    half.cordon()
+    half.pause_operands()
+    du.clean_up(props(cluster))
+    for name in GCU_NODES:
+        meta = node(cluster, name)["metadata"]
+        assert du.STATE_LABEL not in meta["labels"], name
+        assert not {du.REASON_ANNOTATION, du.CORDONED_ANNOTATION, du.PAUSED_ANNOTATION} & set(meta.get("annotations") or {}), name
+        assert "enflame.com/gcu.deploy.devicePlugin" not in meta["labels"], name
+        assert not node(cluster, name)["spec"].get("unschedulable"), name

@@ -1,0 +1,187 @@
+"""The seed blueprint on a real GCU node, end to end with the real engine.
+
+A real kubelet 1.33 with its own containerd (devtools/realnode.py, stand-in GCU devices)
+next to a simulated CPU node. The component images are built from images/ with stand-in
+packages (the device plugin is the project's stand-in plugin, the toolkit's runtime runs
+runc) and imported into the node's containerd; the blueprint runs them with
+imagePullPolicy Never. Nothing is simulated on the GCU node: NFD, the toolkit (which
+activates enflame in containerd from its pod and restarts it), the device plugin
+registering enflame.com/gcu with the kubelet, the exporter, GFD, the post-deploy
+validation pod and a GCU workload all really run there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from pulumi import automation as auto
+
+from components.hoststate import cri_client
+from devtools import fakegcu, imagebuild
+from devtools.realnode import RealNode
+from devtools.rootfs import import_base_image, rootfs_tarball
+from engine import prepare_stack
+from harness import seed_spec
+from realnode_fixtures import apply, shell_pod, wait_pod_phase, wait_until
+from realservers import start_dockerd, stop_dockerd
+
+NFD = "feature.node.kubernetes.io/pci-1e36.present"
+NODE = f"gcu-real-{os.getpid()}"
+REPOSITORY = "gcu-e2e.local/gcu"
+TAG = "e2e"
+HOST_RUNTIME_DIR = Path("/usr/local/enflame")  # the toolkit installs the runtime on the host there
+
+
+def standin_toolkit(path: Path) -> None:
+    """The toolkit package: an enflame runtime that is runc, so pods keep starting once it is the default."""
+    runtime = f"#!/bin/sh\nexec {shutil.which('runc') or '/usr/sbin/runc'} \"$@\"\n".encode()
+    imagebuild._tar_gz(path, {"toolkit/bin/enflame-container-runtime": runtime})
+
+
+def build_images(dockerd, workdir: Path) -> list[str]:
+    """Every image the seed runs, from images/ (NFD's stand-in from a two-line Dockerfile), tagged for the blueprint."""
+    from components.images import ImagesOptions, build_spec, check_images
+
+    base = import_base_image(dockerd, rootfs_tarball(), imagebuild.BASE_IMAGE)
+    packages = workdir / "packages"
+    imagebuild.write_standins(packages, keys=("exporter", "gfd"), padded=False)
+    standin_toolkit(packages / imagebuild.standin_name("toolkit"))
+    fakegcu.write_package(packages / imagebuild.standin_name("devicePlugin"))
+    entry = {"build": True, "baseImage": base, "repository": REPOSITORY, "tag": TAG}
+    keys = ("toolkit", "devicePlugin", "exporter", "gfd")
+    options = ImagesOptions.model_validate({"packageDir": str(packages), "network": "none", **{k: entry for k in keys}})
+    found = check_images(options, None, workdir)
+    refs = []
+    for key in keys:
+        spec = build_spec(key, options, found[key], workdir)
+        imagebuild.docker_build(dockerd, spec)
+        refs.append(spec.image_name)
+    nfd = workdir / "nfd"
+    nfd.mkdir()
+    (nfd / "Dockerfile").write_text(
+        f"FROM {base}\n"
+        "RUN for p in nfd-master nfd-worker; do printf '#!/bin/sh\\nexec sleep infinity\\n' > /usr/local/bin/$p; "
+        "chmod 755 /usr/local/bin/$p; done\n"
+    )
+    nfd_ref = f"{REPOSITORY}/node-feature-discovery:{TAG}"
+    dockerd.docker("build", "-t", nfd_ref, str(nfd), input=None)
+    return [*refs, nfd_ref]
+
+
+def blueprint() -> dict:
+    pinned = {"repository": REPOSITORY, "version": TAG, "imagePullPolicy": "Never"}
+    spec = seed_spec()
+    spec["nfd"] = {**spec["nfd"], **pinned, "master": pinned, "worker": pinned}
+    for key in ("toolkit", "devicePlugin", "exporter", "gfd"):
+        spec[key] = {**spec[key], **pinned}
+    return spec
+
+
+class Env:
+    def __init__(self, cluster, node: RealNode, stack: auto.Stack, root: Path):
+        self.cluster, self.node, self.stack, self.root = cluster, node, stack, root
+
+    def outputs(self) -> dict:
+        return {k: v.value for k, v in self.stack.outputs().items()}
+
+    def node_object(self) -> dict:
+        return json.loads(self.cluster.kubectl("get", "node", NODE, "-o", "json").stdout)
+
+    def cri(self) -> dict:
+        return cri_client.runtimes(str(self.node.containerd_socket))
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    from devtools.localcluster import LocalCluster
+
+    root = tmp_path_factory.mktemp("engine-realnode")
+    had_runtime_dir = HOST_RUNTIME_DIR.exists()
+    cluster = LocalCluster(root / "cluster", nodes=[("cpu-node-1", {})], audit=False,
+                           extra_apiserver_args=["--kubelet-preferred-address-types=InternalIP,Hostname"]).start()
+    dockerd = start_dockerd(root / "docker")
+    # The stand-in GCUs play a node with its driver installed (what NFD labels when the module is loaded).
+    node = RealNode.for_cluster(cluster, root / "node", NODE, labels={NFD: "true", "enflame.com/gcu.driver.present": "true"}, fake_gcus=4)
+    try:
+        refs = build_images(dockerd, root / "build")
+        node.start()
+        for ref in refs:
+            node.import_image(dockerd, ref)
+        stack, _ = prepare_stack(root, cluster, dockerd, name="realnode")
+        stack.remove_config("gcu-stack:blueprint")
+        stack.remove_config("gcu-stack:dockerRuntime")
+        stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(blueprint())))
+        # No systemd on the node (and this machine's PID 1 namespaces cannot be entered): containerd runs
+        # under a restart loop; stopping it from the pod (hostPID, its /run/containerd under /host) restarts it.
+        stack.set_config("gcu-stack:containerd", auto.ConfigValue(json.dumps({
+            "restartCommand": ["sh", "-c", "kill $(cat /host/run/containerd/containerd.pid)"],
+            "restartIn": "container",
+            "verifySeconds": 60,
+        })))
+        env = Env(cluster, node, stack, root)
+        env.config_before = node.containerd_config.read_bytes()
+        yield env
+        try:
+            stack.destroy(on_output=lambda _: None)
+        except auto.CommandError:
+            pass
+    finally:
+        left = node.stop()
+        cluster.stop()
+        stop_dockerd(root / "docker")
+        if not had_runtime_dir:
+            shutil.rmtree(HOST_RUNTIME_DIR, ignore_errors=True)
+        assert left == [] and not any(node.leftovers().values()), (left, node.leftovers())
+
+
+def test_1_up_brings_the_seed_up_on_the_real_node_and_gcus_become_allocatable(real):
+    # A pod running before the runtime is activated: containerd restarts under it, it does not.
+    apply(real.cluster, shell_pod("before", f"{REPOSITORY}/node-feature-discovery:{TAG}", "sleep 3600", node_name=NODE))
+    before = wait_pod_phase(real.cluster, real.node, "default", "before", ("Running",))
+    started = before["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    containerd = real.node.containerd_pid()
+    real.stack.up(on_output=lambda _: None)
+    out = real.outputs()
+    assert out["phase"] == "Running" and out["readyResource"] == "5/5", out
+    assert out["clusterGCUNodes"] == [NODE]
+    assert real.node_object()["status"]["allocatable"]["enflame.com/gcu"] == "4"
+    assert out["validation"]["passed"] is True and out["validation"]["nodes"][NODE]["workload"] == "passed"
+    # The toolkit's pod activated enflame in this node's containerd, and containerd restarted for it.
+    assert real.cri()["default"] == "enflame" and real.node.containerd_pid() != containerd
+    after = json.loads(real.cluster.kubectl("get", "pod", "before", "-o", "json").stdout)
+    assert after["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] == started
+    assert after["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_2_a_pod_asking_for_one_gcu_runs_and_sees_its_device_file(real):
+    pod = shell_pod("gcu-job", f"{REPOSITORY}/node-feature-discovery:{TAG}", "ls /dev | grep '^gcu'",
+                    node_name=NODE, limits={"enflame.com/gcu": "1"})
+    pod["spec"]["runtimeClassName"] = "enflame"
+    apply(real.cluster, pod)
+    wait_pod_phase(real.cluster, real.node, "default", "gcu-job", ("Succeeded",))
+    devices = real.node.pod_log("default", "gcu-job").split()
+    assert len(devices) == 1 and devices[0].startswith("gcu"), devices
+
+
+def test_3_a_second_up_changes_and_restarts_nothing(real):
+    containerd = real.node.containerd_pid()
+    result = real.stack.up(on_output=lambda _: None)
+    assert {k: v for k, v in result.summary.resource_changes.items() if k != "same" and v} == {}
+    assert real.node.containerd_pid() == containerd
+
+
+def test_4_destroy_restores_the_node_exactly_and_leaves_it_ready(real):
+    real.cluster.kubectl("delete", "pod", "before", "gcu-job", "--wait=true")
+    real.stack.destroy(on_output=lambda _: None)
+    assert real.node.containerd_config.read_bytes() == real.config_before
+    assert not list(real.node.containerd_conf_d.glob("*enflame*"))
+    wait_until(lambda: real.cri()["default"] != "enflame", 60, "containerd without enflame")
+    meta = real.node_object()
+    # Only the labels the node started with (its "installed driver" mark) are left.
+    assert not [k for k in meta["metadata"]["labels"] if k.startswith("enflame.com/gcu") and k != "enflame.com/gcu.driver.present"]
+    assert any(c["type"] == "Ready" and c["status"] == "True" for c in meta["status"]["conditions"])
