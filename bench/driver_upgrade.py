@@ -1,0 +1,226 @@
+"""A driver version change on 100 simulated GCU nodes: gcu-stack's rolling upgrade next to gcu-upgrade-manager's
+method (destroy the whole stack and deploy it again), in the same run, on the same cluster, with the real engine.
+
+    python bench/driver_upgrade.py [--nodes 100] [--max-parallel 10] [--max-unavailable 10%]
+
+Measured for each method, from a watch of the API server (polled every 0.5 s):
+  wall time           of the `pulumi up` (or destroy + up) that moves the driver from 1.0 to 2.0
+  most unavailable    the most GCU nodes unschedulable or without a Ready driver pod at once
+  GCU pod disruptions every GCU-requesting pod that ended during the change (evicted, deleted), plus
+                      every one left running while its node's driver pod was gone
+  driver pulled       of those, the GCU pods that kept running while the driver was taken from under
+                      them (a job that loses its device mid-run), as destroy-and-recreate does
+  no device plugin    node-seconds during which a GCU node had no Ready device-plugin pod
+Ordinary pods (no GCU) are counted too: neither method may touch them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from pulumi import automation as auto  # noqa: E402
+
+from engine import prepare_stack  # noqa: E402
+from harness import seed_spec  # noqa: E402
+from realservers import start_dockerd, stop_dockerd  # noqa: E402
+
+NFD = "feature.node.kubernetes.io/pci-1e36.present"
+DRIVER_LABEL = "enflame.com/gcu.driver.present"
+GCU = "enflame.com/gcu"
+
+
+def spec(version: str) -> dict:
+    return seed_spec(**{"driver.notDeploy": False, "driver.version": version})
+
+
+def workloads(gcu_pods: int, ordinary: int) -> list[dict]:
+    def deployment(name: str, replicas: int, limits: dict) -> dict:
+        labels = {"app": name}
+        container = {"name": "main", "image": f"{name}:1", **({"resources": {"limits": limits}} if limits else {})}
+        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"},
+                "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                         "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}}}
+
+    return [deployment("training", gcu_pods, {GCU: "1"}), deployment("web", ordinary, {})]
+
+
+class Watch:
+    """Polls nodes and pods: unavailable nodes, device-plugin downtime, disturbed pods."""
+
+    def __init__(self, cluster, gcu_nodes: list[str]):
+        self.cluster, self.gcu_nodes = cluster, set(gcu_nodes)
+        self.most_unavailable = 0
+        self.plugin_down = 0.0  # node-seconds
+        self.gcu_seen: dict[str, str] = {}  # uid -> node, every GCU pod seen running
+        self.web_seen: set[str] = set()
+        self.gcu_uids_start: set[str] = set()
+        self.web_uids_start: set[str] = set()
+        self.driverless_under_job: set[str] = set()  # GCU pod uids that ran on a node without a driver pod
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _list(self, *args: str) -> list[dict]:
+        return json.loads(self.cluster.kubectl(*args, "-o", "json", timeout=120).stdout)["items"]
+
+    def _sample(self) -> float:
+        started = time.monotonic()
+        nodes = {n["metadata"]["name"]: n for n in self._list("get", "nodes")}
+        pods = self._list("get", "pods", "--all-namespaces")
+        by_name = {}
+        for pod in pods:
+            labels = pod["metadata"].get("labels") or {}
+            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or [])
+            node = (pod.get("spec") or {}).get("nodeName")
+            by_name.setdefault((labels.get("app.kubernetes.io/component"), node), []).append(ready and not pod["metadata"].get("deletionTimestamp"))
+            if labels.get("app") == "training" and node and (pod.get("status") or {}).get("phase") == "Running":
+                self.gcu_seen[pod["metadata"]["uid"]] = node
+            if labels.get("app") == "web":
+                self.web_seen.add(pod["metadata"]["uid"])
+        unavailable = 0
+        drivers = {n for n in self.gcu_nodes if any(by_name.get(("driver", n), []))}
+        for name in self.gcu_nodes:
+            node = nodes.get(name) or {}
+            if (node.get("spec") or {}).get("unschedulable") or name not in drivers:
+                unavailable += 1
+        for pod in pods:
+            labels = pod["metadata"].get("labels") or {}
+            node = (pod.get("spec") or {}).get("nodeName")
+            if labels.get("app") == "training" and node in self.gcu_nodes and node not in drivers \
+                    and (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp"):
+                self.driverless_under_job.add(pod["metadata"]["uid"])
+        self.most_unavailable = max(self.most_unavailable, unavailable)
+        self._down = sum(1 for n in self.gcu_nodes if not any(by_name.get(("devicePlugin", n), [])))
+        return time.monotonic() - started
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        while not self._stop.is_set():
+            self._sample()
+            now = time.monotonic()
+            self.plugin_down += self._down * (now - last)
+            last = now
+            time.sleep(0.5)
+
+    def __enter__(self) -> "Watch":
+        pods = self._list("get", "pods", "-n", "default")
+        self.gcu_uids_start = {p["metadata"]["uid"] for p in pods if (p["metadata"].get("labels") or {}).get("app") == "training"}
+        self.web_uids_start = {p["metadata"]["uid"] for p in pods if (p["metadata"].get("labels") or {}).get("app") == "web"}
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        pods = self._list("get", "pods", "-n", "default")
+        self.gcu_uids_end = {p["metadata"]["uid"] for p in pods if (p["metadata"].get("labels") or {}).get("app") == "training"}
+        self.web_uids_end = {p["metadata"]["uid"] for p in pods if (p["metadata"].get("labels") or {}).get("app") == "web"}
+
+    @property
+    def gcu_disturbed(self) -> int:
+        ended = set(self.gcu_seen) - self.gcu_uids_end  # evicted or deleted during the change (replacements too)
+        return len(ended | self.driverless_under_job)
+
+    @property
+    def driver_pulled(self) -> int:
+        return len(self.driverless_under_job)
+
+    @property
+    def web_disturbed(self) -> int:
+        return len(self.web_uids_start - self.web_uids_end)
+
+
+def wait_workloads(cluster, gcu_pods: int, ordinary: int, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        deployments = json.loads(cluster.kubectl("get", "deployments", "-n", "default", "-o", "json").stdout)["items"]
+        ready = {d["metadata"]["name"]: (d.get("status") or {}).get("readyReplicas", 0) for d in deployments}
+        if ready.get("training") == gcu_pods and ready.get("web") == ordinary:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"workloads not ready: {ready}")
+        time.sleep(1)
+
+
+def run(nodes: int, max_parallel: int, max_unavailable: str) -> None:
+    from devtools.localcluster import LocalCluster
+
+    gcu_nodes = [f"gcu-node-{i:03d}" for i in range(1, nodes + 1)]
+    node_specs = [(n, {NFD: "true", DRIVER_LABEL: "true"}, {"capacity": {GCU: "4"}}) for n in gcu_nodes] + [("cpu-node-1", {})]
+    gcu_pods, ordinary = nodes // 2, nodes
+    with tempfile.TemporaryDirectory() as workdir:
+        root = Path(workdir)
+        cluster = LocalCluster(root / "cluster", nodes=node_specs, audit=False).start()
+        dockerd = start_dockerd(root / "docker")
+        try:
+            stack, _ = prepare_stack(root, cluster, dockerd, name="bench-driver")
+            stack.remove_config("gcu-stack:blueprint")
+            stack.set_config("gcu-stack:driverUpgrade", auto.ConfigValue(json.dumps(
+                {"maxParallel": max_parallel, "maxUnavailable": max_unavailable})))
+            # The same per-node check for both methods: capacity only (kwok runs no workload pods for real).
+            stack.set_config("gcu-stack:validation", auto.ConfigValue(json.dumps({"workload": False})))
+            results = {}
+            for method in ("gcu-stack rolling upgrade", "gcu-upgrade-manager (destroy + up)"):
+                stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(spec("1.0"))))
+                stack.up(on_output=lambda _: None)
+                cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": workloads(gcu_pods, ordinary)}))
+                wait_workloads(cluster, gcu_pods, ordinary)
+                stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(spec("2.0"))))
+                with Watch(cluster, gcu_nodes) as watch:
+                    started = time.perf_counter()
+                    if method.startswith("gcu-stack"):
+                        stack.up(on_output=lambda _: None)
+                    else:
+                        stack.destroy(on_output=lambda _: None)
+                        stack.up(on_output=lambda _: None)
+                    seconds = time.perf_counter() - started
+                results[method] = {
+                    "seconds": seconds,
+                    "most_unavailable": watch.most_unavailable,
+                    "gcu_disturbed": watch.gcu_disturbed,
+                    "driver_pulled": watch.driver_pulled,
+                    "web_disturbed": watch.web_disturbed,
+                    "plugin_down": watch.plugin_down,
+                }
+                cluster.kubectl("delete", "deployment", "training", "web", "-n", "default", "--wait=true")
+                stack.destroy(on_output=lambda _: None)
+        finally:
+            cluster.stop()
+            stop_dockerd(root / "docker")
+    ours, theirs = results.values()
+    print(f"driver 1.0 -> 2.0 on {nodes} simulated GCU nodes, {gcu_pods} GCU pods (1 GCU each), {ordinary} ordinary pods;")
+    print(f"gcu-stack: maxParallel {max_parallel}, maxUnavailable {max_unavailable}; validation: capacity per node")
+    print(f"  {'':38s} {'wall s':>7s} {'most unavail.':>14s} {'GCU pod disrupt.':>17s} {'driver pulled':>14s} {'other pods':>11s} {'no plugin node·s':>17s}")
+    for name, r in results.items():
+        print(f"  {name:38s} {r['seconds']:7.1f} {r['most_unavailable']:14d} {r['gcu_disturbed']:17d} {r['driver_pulled']:14d} "
+              f"{r['web_disturbed']:11d} {r['plugin_down']:17.0f}")
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}" if b else ("0" if not a else "inf")
+
+    print(f"  ratios gcu-stack / gcu-upgrade-manager: GCU pod disruptions {ratio(ours['gcu_disturbed'], theirs['gcu_disturbed'])}, "
+          f"driver pulled under a job {ratio(ours['driver_pulled'], theirs['driver_pulled'])}, "
+          f"device-plugin downtime {ratio(ours['plugin_down'], theirs['plugin_down'])}, wall time {ratio(ours['seconds'], theirs['seconds'])}, "
+          f"most nodes unavailable {ratio(ours['most_unavailable'], theirs['most_unavailable'])}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--max-parallel", type=int, default=10)
+    parser.add_argument("--max-unavailable", default="10%")
+    args = parser.parse_args()
+    run(args.nodes, args.max_parallel, args.max_unavailable)
+
+
+if __name__ == "__main__":
+    main()
