@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from harness import SEED, SEED_BLUEPRINT, DELETE, fails, run_program, seed_spec
+from harness import SEED, DELETE, fails, run_program, seed_spec
 
 
 def test_unknown_field_is_named_with_a_suggestion():

@@ -6,15 +6,13 @@ a node whose new driver never gets Ready halts it, the next `up` resumes, destro
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from pulumi import automation as auto
 
 from components.hoststate import driver_upgrade as du
-from engine import prepare_stack
+from engine import engine_stack, node, outputs, set_json_config
 from harness import seed_spec
-from realservers import start_dockerd, stop_dockerd
 from test_driver_upgrade import CordonWatch, all_ready, apply, gcu_job, ordinary, uids, wait_until
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
@@ -29,32 +27,12 @@ def spec(version: str) -> dict:
 
 @pytest.fixture(scope="module")
 def upgrade(tmp_path_factory):
-    from devtools.localcluster import LocalCluster
-
     root = tmp_path_factory.mktemp("engine-driver")
-    cluster = LocalCluster(root / "cluster", nodes=NODES, audit=False).start()
-    dockerd = start_dockerd(root / "docker")
-    try:
-        stack, policy_config = prepare_stack(root, cluster, dockerd, name="driver")
-        stack.remove_config("gcu-stack:blueprint")
-        stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(spec("1.0"))))
-        stack.set_config("gcu-stack:driverUpgrade", auto.ConfigValue(json.dumps({"driverReadyTimeoutSeconds": 20})))
-        yield stack, cluster, root, policy_config
-        try:
-            stack.destroy(on_output=lambda _: None)
-        except auto.CommandError:
-            pass
-    finally:
-        cluster.stop()
-        stop_dockerd(root / "docker")
-
-
-def outputs(stack) -> dict:
-    return {k: v.value for k, v in stack.outputs().items()}
-
-
-def node(cluster, name: str) -> dict:
-    return json.loads(cluster.kubectl("get", "node", name, "-o", "json").stdout)
+    with engine_stack(root, NODES, "driver") as engine:
+        engine.stack.remove_config("gcu-stack:blueprint")
+        set_json_config(engine.stack, "spec", spec("1.0"))
+        set_json_config(engine.stack, "driverUpgrade", {"driverReadyTimeoutSeconds": 20})
+        yield engine.stack, engine.cluster, root, engine.policy_config
 
 
 def test_1_first_up_deploys_the_driver_with_nothing_to_upgrade(upgrade):
@@ -71,7 +49,7 @@ def test_1_first_up_deploys_the_driver_with_nothing_to_upgrade(upgrade):
 
 def test_2_the_preview_prints_the_plan_node_by_node(upgrade):
     stack, cluster, root, policy_config = upgrade
-    stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(spec("2.0"))))
+    set_json_config(stack, "spec", spec("2.0"))
     preview = stack.preview(policy_packs=[str(root / "project" / "policies")], policy_pack_configs=[str(policy_config)])
     text = preview.stdout
     assert "driver upgrade planned: artifact.enflame.cn/galaxy_docker_hub/gcu/gcu-driver:1.0 → " in text
@@ -107,7 +85,7 @@ def test_3_up_rolls_node_by_node_moving_only_gcu_pods(upgrade):
 def test_4_a_failed_node_halts_the_rollout_and_the_next_up_resumes(upgrade):
     stack, cluster, _, _ = upgrade
     cluster.kubectl("taint", "node", "gcu-node-2", "gcu-test/broken=true:NoSchedule")
-    stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(spec("3.0"))))
+    set_json_config(stack, "spec", spec("3.0"))
     with pytest.raises(auto.CommandError) as caught:
         stack.up(on_output=lambda _: None)
     assert "gcu-node-2 failed at restart driver" in str(caught.value)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,10 +24,9 @@ from components.hoststate import cri_client
 from devtools import fakegcu, imagebuild
 from devtools.realnode import RealNode
 from devtools.rootfs import import_base_image, rootfs_tarball
-from engine import prepare_stack
+from engine import changes, destroy, local_servers, node as node_object, outputs, prepare_stack, set_json_config
 from harness import seed_spec
 from realnode_fixtures import apply, shell_pod, wait_pod_phase, wait_until
-from realservers import start_dockerd, stop_dockerd
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 NODE = f"gcu-real-{os.getpid()}"
@@ -87,10 +85,10 @@ class Env:
         self.cluster, self.node, self.stack, self.root = cluster, node, stack, root
 
     def outputs(self) -> dict:
-        return {k: v.value for k, v in self.stack.outputs().items()}
+        return outputs(self.stack)
 
     def node_object(self) -> dict:
-        return json.loads(self.cluster.kubectl("get", "node", NODE, "-o", "json").stdout)
+        return node_object(self.cluster, NODE)
 
     def cri(self) -> dict:
         return cri_client.runtimes(str(self.node.containerd_socket))
@@ -98,45 +96,38 @@ class Env:
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
-    from devtools.localcluster import LocalCluster
-
     root = tmp_path_factory.mktemp("engine-realnode")
     had_runtime_dir = HOST_RUNTIME_DIR.exists()
-    cluster = LocalCluster(root / "cluster", nodes=[("cpu-node-1", {})], audit=False,
-                           extra_apiserver_args=["--kubelet-preferred-address-types=InternalIP,Hostname"]).start()
-    dockerd = start_dockerd(root / "docker")
-    # The stand-in GCUs play a node with its driver installed (what NFD labels when the module is loaded).
-    node = RealNode.for_cluster(cluster, root / "node", NODE, labels={NFD: "true", "enflame.com/gcu.driver.present": "true"}, fake_gcus=4)
-    try:
-        refs = build_images(dockerd, root / "build")
-        node.start()
-        for ref in refs:
-            node.import_image(dockerd, ref)
-        stack, _ = prepare_stack(root, cluster, dockerd, name="realnode")
-        stack.remove_config("gcu-stack:blueprint")
-        stack.remove_config("gcu-stack:dockerRuntime")
-        stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(blueprint())))
-        # No systemd on the node (and this machine's PID 1 namespaces cannot be entered): containerd runs
-        # under a restart loop; stopping it from the pod (hostPID, its /run/containerd under /host) restarts it.
-        stack.set_config("gcu-stack:containerd", auto.ConfigValue(json.dumps({
-            "restartCommand": ["sh", "-c", "kill $(cat /host/run/containerd/containerd.pid)"],
-            "restartIn": "container",
-            "verifySeconds": 60,
-        })))
-        env = Env(cluster, node, stack, root)
-        env.config_before = node.containerd_config.read_bytes()
-        yield env
+    with local_servers(root, [("cpu-node-1", {})],
+                       extra_apiserver_args=["--kubelet-preferred-address-types=InternalIP,Hostname"]) as (cluster, dockerd):
+        # The stand-in GCUs play a node with its driver installed (what NFD labels when the module is loaded).
+        node = RealNode.for_cluster(cluster, root / "node", NODE, labels={NFD: "true", "enflame.com/gcu.driver.present": "true"}, fake_gcus=4)
         try:
-            stack.destroy(on_output=lambda _: None)
-        except auto.CommandError:
-            pass
-    finally:
-        left = node.stop()
-        cluster.stop()
-        stop_dockerd(root / "docker")
-        if not had_runtime_dir:
-            shutil.rmtree(HOST_RUNTIME_DIR, ignore_errors=True)
-        assert left == [] and not any(node.leftovers().values()), (left, node.leftovers())
+            refs = build_images(dockerd, root / "build")
+            node.start()
+            for ref in refs:
+                node.import_image(dockerd, ref)
+            stack, _ = prepare_stack(root, cluster, dockerd, name="realnode")
+            stack.remove_config("gcu-stack:blueprint")
+            stack.remove_config("gcu-stack:dockerRuntime")
+            set_json_config(stack, "spec", blueprint())
+            # No systemd on the node (and this machine's PID 1 namespaces cannot be entered): containerd runs
+            # under a restart loop; stopping it from the pod (hostPID, its /run/containerd under /host) restarts it.
+            set_json_config(stack, "containerd", {
+                "restartCommand": ["sh", "-c", "kill $(cat /host/run/containerd/containerd.pid)"],
+                "restartIn": "container",
+                "verifySeconds": 60,
+            })
+            env = Env(cluster, node, stack, root)
+            env.config_before = node.containerd_config.read_bytes()
+            yield env
+            destroy(stack)
+        finally:
+            # Neither the node nor the runtime the toolkit installed outlives the test; the servers stop after it.
+            left = node.stop()
+            if not had_runtime_dir:
+                shutil.rmtree(HOST_RUNTIME_DIR, ignore_errors=True)
+            assert left == [] and not any(node.leftovers().values()), (left, node.leftovers())
 
 
 def test_1_up_brings_the_seed_up_on_the_real_node_and_gcus_become_allocatable(real):
@@ -171,7 +162,7 @@ def test_2_a_pod_asking_for_one_gcu_runs_and_sees_its_device_file(real):
 def test_3_a_second_up_changes_and_restarts_nothing(real):
     containerd = real.node.containerd_pid()
     result = real.stack.up(on_output=lambda _: None)
-    assert {k: v for k, v in result.summary.resource_changes.items() if k != "same" and v} == {}
+    assert changes(result.summary.resource_changes) == {}
     assert real.node.containerd_pid() == containerd
 
 

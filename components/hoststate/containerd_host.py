@@ -34,7 +34,6 @@ drop-in holds only the runtime.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import datetime
 import fnmatch
@@ -44,7 +43,6 @@ import math
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -66,16 +64,16 @@ CRI_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 # What a `runtimes` table replaces in containerd 1.x: the built-in handler (containerd 1.6/1.7 default config).
 BUILTIN_RUNTIMES = {"runc": {"runtime_type": RUNTIME_TYPE}}
 MODES = ("restart", "none")
-BACKUP_SUFFIX = ".gcu-stack-backup"
+BACKUP_SUFFIX = hostfiles.BACKUP_SUFFIX
 DROPIN_HEADER = "# Written by gcu-stack: the enflame container runtime for Kubernetes (CRI). Removed by `pulumi destroy`.\n"
 
 
-class ContainerdConfigError(Exception):
+class ContainerdConfigError(hostfiles.Refused):
     """config.toml, an imported file or the drop-in path is unusable; nothing was written."""
 
 
-class ActivationError(Exception):
-    """containerd did not take the runtime (or could not be restarted); the previous files were put back."""
+# containerd did not take the runtime (or could not be restarted); the previous files were put back.
+ActivationError = hostfiles.RolledBack
 
 
 @dataclass
@@ -1147,7 +1145,7 @@ def restore(host: ContainerdHost, state: dict, mode: str = "restart") -> dict:
     }
 
 
-def inspect(host: ContainerdHost, state: Optional[dict] = None, runtime_path: Optional[str] = None) -> dict:
+def inspect(host: ContainerdHost, state: Optional[dict] = None, runtime_path: Optional[str] = None, mode: Optional[str] = None) -> dict:
     """For `pulumi refresh`: is our drop-in there and as written, does config.toml import it, does containerd report the runtime?"""
     s = host.settings
     state = state or {}
@@ -1211,52 +1209,22 @@ def _flag(value: str) -> bool:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=("activate", "restore", "inspect"))
-    parser.add_argument("--config-toml", default=os.environ.get("CONTAINERD_CONFIG", "/etc/containerd/config.toml"))
-    parser.add_argument("--dropin", default=os.environ.get("CONTAINERD_DROPIN", "/etc/containerd/conf.d/99-enflame.toml"))
-    parser.add_argument("--address", default=os.environ.get("CONTAINERD_ADDRESS", "/run/containerd/containerd.sock"))
-    parser.add_argument("--restart-command", default=os.environ.get("CONTAINERD_RESTART_COMMAND", "systemctl restart containerd"))
+    defaults = ContainerdSettings()
+    parser = hostfiles.cli(__doc__, "CONTAINERD", (
+        ("--config-toml", "CONTAINERD_CONFIG", defaults.config_toml),
+        ("--dropin", "CONTAINERD_DROPIN", defaults.dropin),
+        ("--address", "CONTAINERD_ADDRESS", defaults.address),
+        ("--host-root", "HOST_ROOT", ""),  # where the host's / is mounted (paths stay host paths)
+    ))
     parser.add_argument("--mode", choices=MODES, default=os.environ.get("CONTAINERD_ACTIVATION", "restart"))
     parser.add_argument("--no-default", action="store_true", default=not _flag(os.environ.get("CONTAINERD_SET_DEFAULT", "true")),
                         help="add the runtime handler but leave containerd's default runtime as it is")
-    parser.add_argument("--host-root", default=os.environ.get("HOST_ROOT", ""), help="where the host's / is mounted (paths stay host paths)")
     parser.add_argument("--config-version", type=int, choices=(2, 3), default=None, help="for a missing config.toml")
     parser.add_argument("--working-dir", default="/", help="containerd's working directory (relative glob imports)")
-    parser.add_argument("--verify-seconds", type=float, default=30.0)
-    parser.add_argument("--runtime-path", default=os.environ.get("ENFLAME_RUNTIME_PATH"))
-    parser.add_argument("--state-json", help="restore/inspect: the state printed by activate")
-    parser.add_argument("--node", default=os.environ.get("NODE_NAME", socket.gethostname()))
+    parser.add_argument("--verify-seconds", type=float, default=defaults.verify_seconds)
     args = parser.parse_args(argv)
-    host = ContainerdHost(
-        ContainerdSettings(
-            config_toml=args.config_toml,
-            dropin=args.dropin,
-            address=args.address,
-            restart_command=shlex.split(args.restart_command),
-            set_default=not args.no_default,
-            host_root=args.host_root,
-            label=args.node,
-            verify_seconds=args.verify_seconds,
-            config_version=args.config_version,
-            working_dir=args.working_dir,
-        )
-    )
-    state = json.loads(args.state_json or "{}")
-    try:
-        if args.action == "activate":
-            if not args.runtime_path:
-                parser.error("activate needs --runtime-path (or ENFLAME_RUNTIME_PATH)")
-            result = activate(host, args.runtime_path, args.mode)
-        elif args.action == "restore":
-            result = restore(host, state, args.mode)
-        else:
-            result = inspect(host, state, args.runtime_path)
-    except (ContainerdConfigError, ActivationError) as error:
-        print(json.dumps({"error": str(error)}))
-        return 1
-    print(json.dumps(result))
-    return 0
+    host = ContainerdHost(hostfiles.settings_from(args, ContainerdSettings, set_default=not args.no_default))
+    return hostfiles.run(parser, args, sys.modules[__name__], host)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,9 @@ Both print one JSON object (the host's state) as their last line of output.
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -37,15 +35,12 @@ RUNTIME_NAME = "enflame"
 DEFAULT_RUNTIME_PATH = "/usr/local/enflame/bin/enflame-container-runtime"
 DOCKER_DEFAULT_RUNTIME = "runc"
 MODES = ("reload", "restart", "none")
-BACKUP_SUFFIX = ".gcu-stack-backup"
+BACKUP_SUFFIX = hostfiles.BACKUP_SUFFIX
+ActivationError = hostfiles.RolledBack  # docker did not take the runtime; the previous file was put back
 
 
-class DaemonJsonError(Exception):
+class DaemonJsonError(hostfiles.Refused):
     """daemon.json is unusable; nothing was written."""
-
-
-class ActivationError(Exception):
-    """Docker did not take the runtime; the previous file was put back."""
 
 
 @dataclass
@@ -305,9 +300,9 @@ def restore(host: LocalHost, state: dict, mode: str) -> dict:
     return {"restored": changed, "exact": current == written}
 
 
-def inspect(host: LocalHost, state: Optional[dict] = None) -> dict:
+def inspect(host: LocalHost, state: Optional[dict] = None, runtime_path: Optional[str] = None, mode: Optional[str] = None) -> dict:
     """For `pulumi refresh`: is daemon.json still what gcu-stack wrote, and is enflame docker's default?"""
-    state = state or {}
+    state = {**(state or {}), **({"mode": mode} if mode else {})}
     content = host.read()
     seen = host.default_runtime()
     drift = []
@@ -321,42 +316,14 @@ def inspect(host: LocalHost, state: Optional[dict] = None) -> dict:
 
 def main(argv: Optional[list[str]] = None) -> int:
     defaults = HostSettings()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=("activate", "restore", "inspect"))
-    parser.add_argument("--daemon-json", default=os.environ.get("DAEMON_JSON", defaults.daemon_json))
-    parser.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST", defaults.docker_host))
-    parser.add_argument("--pid-file", default=os.environ.get("DOCKER_PID_FILE", defaults.pid_file))
-    parser.add_argument(
-        "--restart-command", default=os.environ.get("DOCKER_RESTART_COMMAND", shlex.join(defaults.restart_command))
-    )
+    parser = hostfiles.cli(__doc__, "DOCKER", (
+        ("--daemon-json", "DAEMON_JSON", defaults.daemon_json),
+        ("--docker-host", "DOCKER_HOST", defaults.docker_host),
+        ("--pid-file", "DOCKER_PID_FILE", defaults.pid_file),
+    ))
     parser.add_argument("--mode", choices=MODES, default=os.environ.get("RUNTIME_ACTIVATION", "reload"))
-    parser.add_argument("--runtime-path", default=os.environ.get("ENFLAME_RUNTIME_PATH"))
-    parser.add_argument("--state-json", help="restore, inspect: the state printed by activate")
-    parser.add_argument("--node", default=os.environ.get("NODE_NAME", socket.gethostname()))
     args = parser.parse_args(argv)
-    host = LocalHost(
-        HostSettings(
-            daemon_json=args.daemon_json,
-            docker_host=args.docker_host,
-            pid_file=args.pid_file,
-            restart_command=shlex.split(args.restart_command),
-            label=args.node,
-        )
-    )
-    try:
-        if args.action == "activate":
-            if not args.runtime_path:
-                parser.error("activate needs --runtime-path (or ENFLAME_RUNTIME_PATH)")
-            result = activate(host, args.runtime_path, args.mode)
-        elif args.action == "restore":
-            result = restore(host, json.loads(args.state_json or "{}"), args.mode)
-        else:
-            result = inspect(host, {"mode": args.mode, **json.loads(args.state_json or "{}")})
-    except (DaemonJsonError, ActivationError) as error:
-        print(json.dumps({"error": str(error)}))
-        return 1
-    print(json.dumps(result))
-    return 0
+    return hostfiles.run(parser, args, sys.modules[__name__], LocalHost(hostfiles.settings_from(args, HostSettings)))
 
 
 if __name__ == "__main__":

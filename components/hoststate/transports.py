@@ -33,14 +33,20 @@ def in_pod(options: dict) -> list[str]:
     return command if options.get("restartIn") == "container" else [*IN_HOST, *command]
 
 
-class DockerBackend:
-    """docker on a node: enflame as the default runtime in daemon.json."""
+class Backend:
+    """What to run for one runtime (`runtime`), from its options (`gcu-stack:<runtime settings>` by alias)."""
 
-    runtime = "docker"
-    script = "runtime_host.py"
+    runtime: str
+    script: str  # the node-code module the pods run
 
     def __init__(self, options: dict):
         self.options = options
+
+
+class DockerBackend(Backend):
+    """docker on a node: enflame as the default runtime in daemon.json."""
+
+    runtime, script = "docker", "runtime_host.py"
 
     def settings(self, label: str, inside: bool = False) -> runtime_host.HostSettings:
         o = self.options
@@ -66,7 +72,7 @@ class DockerBackend:
         return runtime_host.restore(runtime_host.LocalHost(self.settings(label)), state, self.options["mode"])
 
     def inspect_local(self, label: str, state: dict) -> dict:
-        return runtime_host.inspect(runtime_host.LocalHost(self.settings(label)), {"mode": self.options["mode"], **state})
+        return runtime_host.inspect(runtime_host.LocalHost(self.settings(label)), state, mode=self.options["mode"])
 
     # -- in a pod on the node
     def arguments(self, action: str, node: str, state: Optional[dict]) -> list[str]:
@@ -80,14 +86,10 @@ class DockerBackend:
         return argv
 
 
-class ContainerdBackend:
+class ContainerdBackend(Backend):
     """containerd on a node: the enflame runtime handler in a drop-in, its default unless turned off."""
 
-    runtime = "containerd"
-    script = "containerd_host.py"
-
-    def __init__(self, options: dict):
-        self.options = options
+    runtime, script = "containerd", "containerd_host.py"
 
     def settings(self, label: str, inside: bool = False) -> containerd_host.ContainerdSettings:
         o = self.options

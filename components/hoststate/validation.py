@@ -278,20 +278,21 @@ def _condition(obj: dict, kind: str) -> Optional[dict]:
     return None
 
 
-def _terminated(pod: dict) -> Optional[dict]:
+def _container_state(pod: dict, state: str) -> Optional[dict]:
+    """The first container's `state.<state>` ("terminated", "waiting") of a pod, if any."""
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        state = (status.get("state") or {}).get("terminated")
-        if state:
-            return state
+        found = (status.get("state") or {}).get(state)
+        if found:
+            return found
     return None
+
+
+def _terminated(pod: dict) -> Optional[dict]:
+    return _container_state(pod, "terminated")
 
 
 def _waiting(pod: dict) -> Optional[dict]:
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        state = (status.get("state") or {}).get("waiting")
-        if state:
-            return state
-    return None
+    return _container_state(pod, "waiting")
 
 
 def workload_outcome(node: str, job: Optional[dict], pods: list[dict], settings: CheckSettings, waited: float) -> Optional[tuple[str, str]]:

@@ -18,9 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..config import one_setting
 from ..hoststate import cluster_view
 from ..hoststate.driver_upgrade import (
-    CORDONED_ANNOTATION,
     REVISION_LABEL,
-    SKIP_LABEL,
     DriverUpgrade,
     DriverUpgradeInputs,
     NodeFacts,
