@@ -2,6 +2,8 @@
 
 The stack uses the toolchain's CLI and plugins, a temporary PULUMI_HOME, a local file
 backend and a passphrase secrets provider; it targets a given cluster and dockerd.
+`engine_stack` gives the engine tests all of it at once: a local control plane, a private
+dockerd and such a stack, destroyed and stopped again at the end.
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ import json
 import os
 import shutil
 import subprocess
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator
 
 from pulumi import automation as auto
 
-from realservers import PROJECT_DIR
+from realservers import PROJECT_DIR, start_dockerd, stop_dockerd
 
 PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "blueprints", "policies")
 TOOLCHAIN = PROJECT_DIR / "scripts" / "toolchain" / "pulumi.sh"
@@ -100,3 +105,69 @@ def prepare_stack(root: Path, cluster, dockerd, name: str = "e2e") -> tuple[auto
     policy_config = root / "policy-config.json"
     write_policy_config(policy_config, dockerd)
     return stack, policy_config
+
+
+@dataclass
+class Engine:
+    """A stack of a fresh project copy (`prepare_stack`) and the servers it targets."""
+
+    stack: auto.Stack
+    cluster: Any
+    dockerd: Any
+    root: Path
+    policy_config: Path
+
+
+@contextmanager
+def local_servers(root: Path, nodes: list, *, audit: bool = False, **cluster_kwargs) -> Iterator[tuple[Any, Any]]:
+    """A local control plane with `nodes` (devtools.localcluster, in root/cluster) and a private dockerd
+    (root/docker); both stop when the block ends, however it ends."""
+    from devtools.localcluster import LocalCluster
+
+    cluster = LocalCluster(root / "cluster", nodes=nodes, audit=audit, **cluster_kwargs).start()
+    dockerd = start_dockerd(root / "docker")
+    try:
+        yield cluster, dockerd
+    finally:
+        cluster.stop()
+        stop_dockerd(root / "docker")
+
+
+@contextmanager
+def engine_stack(root: Path, nodes: list, name: str, *, audit: bool = False, check_destroy: bool = False,
+                 **cluster_kwargs) -> Iterator[Engine]:
+    """`local_servers` and a stack `name` for them. When the block ends normally the stack is destroyed
+    (a failing destroy is ignored unless check_destroy); the servers stop however it ends."""
+    with local_servers(root, nodes, audit=audit, **cluster_kwargs) as (cluster, dockerd):
+        stack, policy_config = prepare_stack(root, cluster, dockerd, name=name)
+        yield Engine(stack, cluster, dockerd, root, policy_config)
+        destroy(stack, check=check_destroy)
+
+
+def destroy(stack: auto.Stack, *, check: bool = False) -> None:
+    """`pulumi destroy`; a CommandError is raised only with check."""
+    try:
+        stack.destroy(on_output=lambda _: None)
+    except auto.CommandError:
+        if check:
+            raise
+
+
+def set_json_config(stack: auto.Stack, key: str, value: Any) -> None:
+    """gcu-stack:<key> set to `value` as JSON."""
+    stack.set_config(f"gcu-stack:{key}", auto.ConfigValue(json.dumps(value)))
+
+
+def outputs(stack: auto.Stack) -> dict:
+    """The stack's outputs as plain values."""
+    return {k: v.value for k, v in stack.outputs().items()}
+
+
+def node(cluster, name: str) -> dict:
+    """The Node object `name` as the API server has it."""
+    return json.loads(cluster.kubectl("get", "node", name, "-o", "json").stdout)
+
+
+def changes(summary: dict) -> dict:
+    """An update's resource changes without the unchanged ones."""
+    return {op: n for op, n in summary.items() if op != "same" and n}

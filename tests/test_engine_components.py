@@ -7,8 +7,8 @@ import json
 import pytest
 from pulumi import automation as auto
 
-from engine import prepare_stack
-from realservers import PROJECT_DIR, start_dockerd, stop_dockerd
+from engine import engine_stack, outputs, set_json_config
+from realservers import PROJECT_DIR
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 DRIVER = "enflame.com/gcu.driver.present"
@@ -33,27 +33,18 @@ def spec() -> dict:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    from devtools.localcluster import LocalCluster
-
     root = tmp_path_factory.mktemp("e2e-components")
-    cluster = LocalCluster(root / "cluster", nodes=NODES, audit=False).start()
-    dockerd = start_dockerd(root / "docker")
-    try:
-        stack, _ = prepare_stack(root, cluster, dockerd, name="components")
-        stack.remove_config("gcu-stack:blueprint")
-        stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(spec())))
-        stack.set_config("gcu-stack:nightingaleDbPassword", auto.ConfigValue(PASSWORD, secret=True))
-        yield stack, cluster, root
-        stack.destroy(on_output=lambda _: None)
-    finally:
-        cluster.stop()
-        stop_dockerd(root / "docker")
+    with engine_stack(root, NODES, "components", check_destroy=True) as engine:
+        engine.stack.remove_config("gcu-stack:blueprint")
+        set_json_config(engine.stack, "spec", spec())
+        engine.stack.set_config("gcu-stack:nightingaleDbPassword", auto.ConfigValue(PASSWORD, secret=True))
+        yield engine.stack, engine.cluster, root
 
 
 def test_nightingale_and_gcushare_come_up_and_go_away(stack):
     stack, cluster, root = stack
     stack.up(on_output=lambda _: None)
-    out = {k: v.value for k, v in stack.outputs().items()}
+    out = outputs(stack)
     assert out["readyResource"] == "7/7" and out["phase"] == "Running", [(s["name"], s["status"]) for s in out["resourceStatuses"]]
     statuses = {s["name"]: s["status"] for s in out["resourceStatuses"]}
     assert statuses["nightingale"] == statuses["gcusharePlugin"] == statuses["gcushareScheduler"] == "Running"

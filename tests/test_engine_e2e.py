@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from pulumi import automation as auto
 
 from components.hoststate.cluster import core_api
-from engine import prepare_stack
-from realservers import PROJECT_DIR, AuditLog, start_dockerd, stop_dockerd
+from engine import Engine, engine_stack, outputs, set_json_config
+from realservers import PROJECT_DIR, AuditLog
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 DRIVER = "enflame.com/gcu.driver.present"
@@ -35,14 +34,7 @@ SEED = json.loads((PROJECT_DIR / "blueprints" / "gcu-resource.json").read_text()
 ADMIN = "admin"
 
 
-@dataclass
-class E2E:
-    cluster: object
-    dockerd: object
-    stack: auto.Stack
-    root: Path
-    policy_config: Path
-
+class E2E(Engine):
     @property
     def api(self):
         return core_api(self.cluster.kubeconfig, None)
@@ -63,28 +55,11 @@ class E2E:
 
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory):
-    from devtools.localcluster import LocalCluster
-
-    root = tmp_path_factory.mktemp("e2e")
-    cluster = LocalCluster(root / "cluster", nodes=NODES).start()
-    dockerd = start_dockerd(root / "docker")
-    try:
-        Path(dockerd.config_file).write_text('{"default-runtime": "runc", "runtimes": {}}')
-        dockerd.reload()
-        Path(dockerd.config_file).write_bytes(ORIGINAL)
-        stack, policy_config = prepare_stack(root, cluster, dockerd)
-        yield E2E(cluster, dockerd, stack, root, policy_config)
-        try:
-            stack.destroy(on_output=lambda _: None)
-        except auto.CommandError:
-            pass
-    finally:
-        cluster.stop()
-        stop_dockerd(root / "docker")
-
-
-def outputs(stack: auto.Stack) -> dict:
-    return {k: v.value for k, v in stack.outputs().items()}
+    with engine_stack(tmp_path_factory.mktemp("e2e"), NODES, "e2e", audit=True) as engine:
+        Path(engine.dockerd.config_file).write_text('{"default-runtime": "runc", "runtimes": {}}')
+        engine.dockerd.reload()
+        Path(engine.dockerd.config_file).write_bytes(ORIGINAL)
+        yield E2E(**vars(engine))
 
 
 KINDS = {
@@ -170,7 +145,7 @@ def test_4_changing_only_the_exporter_version_updates_only_the_exporter(e2e):
     spec = json.loads(json.dumps(SEED["spec"]))
     spec["exporter"]["version"] = "2.1.0"
     e2e.stack.remove_config("gcu-stack:blueprint")
-    e2e.stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(spec)))
+    set_json_config(e2e.stack, "spec", spec)
     preview, events = e2e.preview()
     # The dynamic-provider host is configured with the stack's config, so a config edit shows
     # as an update of that provider itself; no resource other than the exporter's changes.
@@ -210,7 +185,7 @@ def test_6_bad_blueprint_fails_preview_naming_the_field_and_changes_nothing(e2e)
     good = e2e.stack.get_config("gcu-stack:spec")
     spec = json.loads(good.value)
     spec["exporter"]["imagePulPolicy"] = spec["exporter"].pop("imagePullPolicy")
-    e2e.stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(spec)))
+    set_json_config(e2e.stack, "spec", spec)
     audit = AuditLog(e2e.cluster)
     audit.mark()
     try:

@@ -25,8 +25,8 @@ import pytest
 from pulumi import automation as auto
 
 from components.hoststate.cluster import core_api
-from engine import prepare_stack
-from realservers import PROJECT_DIR, start_dockerd, stop_dockerd
+from engine import engine_stack, outputs, set_json_config
+from realservers import PROJECT_DIR
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 DRIVER = "enflame.com/gcu.driver.present"
@@ -191,28 +191,19 @@ def _affinity_node(pod) -> str:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    from devtools.localcluster import LocalCluster
-
     root = tmp_path_factory.mktemp("e2e-renames")
-    cluster = LocalCluster(root / "cluster", nodes=NODES, audit=False).start()
-    dockerd = start_dockerd(root / "docker")
-    try:
-        stack, _ = prepare_stack(root, cluster, dockerd, name="renames")
-        stack.remove_config("gcu-stack:blueprint")
-        stack.set_config("gcu-stack:nightingaleDbPassword", auto.ConfigValue(PASSWORD, secret=True))
+    with engine_stack(root, NODES, "renames", check_destroy=True) as engine:
+        engine.stack.remove_config("gcu-stack:blueprint")
+        engine.stack.set_config("gcu-stack:nightingaleDbPassword", auto.ConfigValue(PASSWORD, secret=True))
         chart = write_chart(root / "volcano-1.9.0.tgz")
-        stack.set_config("gcu-stack:volcanoChart", auto.ConfigValue(json.dumps({"path": str(chart), "timeoutSeconds": 120})))
-        yield stack, cluster
-        stack.destroy(on_output=lambda _: None)
-    finally:
-        cluster.stop()
-        stop_dockerd(root / "docker")
+        set_json_config(engine.stack, "volcanoChart", {"path": str(chart), "timeoutSeconds": 120})
+        yield engine.stack, engine.cluster
 
 
 def up(stack: auto.Stack, spec: dict) -> dict:
-    stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(spec)))
+    set_json_config(stack, "spec", spec)
     result = stack.up(on_output=lambda _: None)
-    out = {k: v.value for k, v in stack.outputs().items()}
+    out = outputs(stack)
     assert out["phase"] == "Running", [(s["name"], s["status"]) for s in out["resourceStatuses"]]
     return result.summary.resource_changes
 

@@ -19,8 +19,8 @@ from pulumi import automation as auto
 
 from components.hoststate import cri_client
 from devtools.containerd import Containerd, start_time
-from engine import prepare_stack
-from realservers import PROJECT_DIR, PYTHON, reload_count, start_dockerd, stop_dockerd
+from engine import changes, engine_stack, outputs, set_json_config
+from realservers import PROJECT_DIR, PYTHON, reload_count
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 DRIVER = "enflame.com/gcu.driver.present"
@@ -59,50 +59,37 @@ class Mixed:
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
-    from devtools.localcluster import LocalCluster
-
     root = tmp_path_factory.mktemp("runtimes")
-    cluster = LocalCluster(root / "cluster", nodes=NODES, audit=False).start()
-    dockerd = start_dockerd(root / "docker")
     containerd_dir = root / "containerd"
     try:
-        containerd_cli(containerd_dir, "up")
-        containerd = Containerd.from_state_dir(containerd_dir)
-        Path(dockerd.config_file).write_text('{"default-runtime": "runc", "runtimes": {}}')
-        dockerd.reload()
-        Path(dockerd.config_file).write_bytes(DOCKER_ORIGINAL)
-        env = Mixed(root, cluster, dockerd, containerd)
-        env.config_original = containerd.config_file.read_bytes()
-        env.workload = "keep-running"
-        containerd.run_container(env.workload, "sleep", "3600")
-        stack, policy_config = prepare_stack(root, cluster, dockerd, name="mixed")
-        stack.set_config("gcu-stack:containerd", auto.ConfigValue(json.dumps({
-            "transport": "local",
-            "configToml": str(containerd.config_file),
-            "dropin": str(env.dropin),
-            "address": containerd.address,
-            "restartCommand": containerd.restart_command(),
-            "runtimePath": containerd.runc_path,
-            "verifySeconds": 20,
-        })))
-        policy = json.loads(policy_config.read_text())
-        policy["host-paths-allowed"]["allowedHostPaths"]["toolkit"] += [str(containerd.workdir), str(Path(containerd.address).parent)]
-        policy_config.write_text(json.dumps(policy))
-        env.stack, env.policy_config = stack, policy_config
-        yield env
-        try:
-            stack.destroy(on_output=lambda _: None)
-        except auto.CommandError:
-            pass
+        with engine_stack(root, NODES, "mixed") as engine:
+            containerd_cli(containerd_dir, "up")
+            containerd = Containerd.from_state_dir(containerd_dir)
+            dockerd = engine.dockerd
+            Path(dockerd.config_file).write_text('{"default-runtime": "runc", "runtimes": {}}')
+            dockerd.reload()
+            Path(dockerd.config_file).write_bytes(DOCKER_ORIGINAL)
+            env = Mixed(root, engine.cluster, dockerd, containerd)
+            env.config_original = containerd.config_file.read_bytes()
+            env.workload = "keep-running"
+            containerd.run_container(env.workload, "sleep", "3600")
+            set_json_config(engine.stack, "containerd", {
+                "transport": "local",
+                "configToml": str(containerd.config_file),
+                "dropin": str(env.dropin),
+                "address": containerd.address,
+                "restartCommand": containerd.restart_command(),
+                "runtimePath": containerd.runc_path,
+                "verifySeconds": 20,
+            })
+            policy = json.loads(engine.policy_config.read_text())
+            policy["host-paths-allowed"]["allowedHostPaths"]["toolkit"] += [str(containerd.workdir), str(Path(containerd.address).parent)]
+            engine.policy_config.write_text(json.dumps(policy))
+            env.stack, env.policy_config = engine.stack, engine.policy_config
+            yield env
     finally:
-        cluster.stop()
-        stop_dockerd(root / "docker")
         subprocess.run([PYTHON, "-m", "devtools.containerd", "down", "--state-dir", str(containerd_dir)],
                        cwd=PROJECT_DIR, capture_output=True, timeout=120)
-
-
-def changes(summary: dict) -> dict:
-    return {op: n for op, n in summary.items() if op != "same" and n}
 
 
 def test_1_preview_names_the_node_whose_runtime_is_left_alone(mixed):
@@ -116,8 +103,8 @@ def test_2_up_activates_each_node_through_its_own_runtime(mixed):
     started = start_time(pid)
     reloads = reload_count(mixed.dockerd)
     mixed.stack.up(on_output=lambda _: None)
-    outputs = {k: v.value for k, v in mixed.stack.outputs().items()}
-    assert outputs["phase"] == "Running" and outputs["readyResource"] == "5/5"
+    out = outputs(mixed.stack)
+    assert out["phase"] == "Running" and out["readyResource"] == "5/5"
     state = mixed.runtime_state(mixed.stack)
     assert state["runtimes"] == {"gcu-docker-1": "docker", "gcu-containerd-1": "containerd"}
     assert state["unsupported"] == {"gcu-crio-1": "cri-o://1.28.1"}

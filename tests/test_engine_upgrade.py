@@ -16,8 +16,8 @@ import tarfile
 import pytest
 from pulumi import automation as auto
 
-from engine import PROJECT_FILES, prepare_stack
-from realservers import PROJECT_DIR, start_dockerd, stop_dockerd
+from engine import PROJECT_FILES, changes, engine_stack
+from realservers import PROJECT_DIR
 
 # The last commit before the architecture refactor (the landed day-1 release).
 BASELINE = "b77caa7"
@@ -38,10 +38,6 @@ def export_release(commit: str, target) -> None:
         tar.extractall(target, filter="data")
     (target / ".venv").symlink_to(PROJECT_DIR / ".venv")
     (target / "policies" / ".venv").symlink_to(PROJECT_DIR / ".venv")
-
-
-def changes(summary: dict) -> dict:
-    return {op: n for op, n in summary.items() if op != "same" and n}
 
 
 # What this release changes on a stack the earlier release deployed, and why; nothing else may change,
@@ -82,27 +78,18 @@ def steps_by_op(events: list) -> dict[str, set[str]]:
 
 @pytest.fixture(scope="module")
 def deployed_by_the_release(tmp_path_factory):
-    from devtools.localcluster import LocalCluster
-
     root = tmp_path_factory.mktemp("upgrade")
-    cluster = LocalCluster(root / "cluster", nodes=NODES, audit=False).start()
-    dockerd = start_dockerd(root / "docker")
-    try:
-        current, policy_config = prepare_stack(root, cluster, dockerd, name="upgrade")
+    with engine_stack(root, NODES, "upgrade", check_destroy=True) as current:
         old_dir = root / "release"
         export_release(BASELINE, old_dir)
         # The same stack, config and secrets salt: only the program differs.
         shutil.copy2(root / "project" / "Pulumi.upgrade.yaml", old_dir / "Pulumi.upgrade.yaml")
         release = auto.Stack.select(
             "upgrade",
-            auto.LocalWorkspace(work_dir=str(old_dir), pulumi_home=str(root / "home"), env_vars=current.workspace.env_vars),
+            auto.LocalWorkspace(work_dir=str(old_dir), pulumi_home=str(root / "home"), env_vars=current.stack.workspace.env_vars),
         )
         release.up(on_output=lambda _: None)
-        yield release, current, policy_config
-        current.destroy(on_output=lambda _: None)
-    finally:
-        cluster.stop()
-        stop_dockerd(root / "docker")
+        yield release, current.stack, current.policy_config
 
 
 def test_the_release_deployed_the_seed(deployed_by_the_release):

@@ -9,13 +9,11 @@ The test plays the kubelet's part: it sets each node's allocatable.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from pulumi import automation as auto
 
-from engine import prepare_stack
-from realservers import AuditLog, start_dockerd, stop_dockerd
+from engine import engine_stack, outputs, set_json_config
+from realservers import AuditLog
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 DRIVER = "enflame.com/gcu.driver.present"
@@ -31,30 +29,13 @@ MISSING = "gcu-node-2: no enflame.com/gcu in allocatable after 5 s — is the de
 
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory):
-    from devtools.localcluster import LocalCluster
-
-    root = tmp_path_factory.mktemp("e2e-validation")
-    cluster = LocalCluster(root / "cluster", nodes=NODES).start()
-    dockerd = start_dockerd(root / "docker")
-    try:
-        stack, _ = prepare_stack(root, cluster, dockerd, name="validation")
-        configure(stack, mode="fail")
-        yield stack, cluster
-        try:
-            stack.destroy(on_output=lambda _: None)
-        except auto.CommandError:
-            pass
-    finally:
-        cluster.stop()
-        stop_dockerd(root / "docker")
+    with engine_stack(tmp_path_factory.mktemp("e2e-validation"), NODES, "validation", audit=True) as engine:
+        configure(engine.stack, mode="fail")
+        yield engine.stack, engine.cluster
 
 
 def configure(stack: auto.Stack, **settings) -> None:
-    stack.set_config("gcu-stack:validation", auto.ConfigValue(json.dumps({"timeoutSeconds": 5, "workloadTimeoutSeconds": 60, **settings})))
-
-
-def outputs(stack: auto.Stack) -> dict:
-    return {k: v.value for k, v in stack.outputs().items()}
+    set_json_config(stack, "validation", {"timeoutSeconds": 5, "workloadTimeoutSeconds": 60, **settings})
 
 
 def leftovers(cluster) -> list[str]:
