@@ -21,42 +21,52 @@ def argument(command: list, flag: str) -> str:
     return command[command.index(flag) + 1]
 
 
+def assert_runs(container: dict, script: str, action: str, arguments: dict) -> None:
+    """The container runs `script` (node code) with `action`, each flag of `arguments` followed by its value."""
+    command = container["command"]
+    assert command[:3] == ["python3", f"{NODE_CODE_DIR}/{script}", action]
+    assert {flag: argument(command, flag) for flag in arguments} == arguments
+
+
+def runtime_pod(runtime: str, action: str, node: str, state) -> dict:
+    """The pod that runs `action` on `node` for `runtime`, valid for the Kubernetes API."""
+    transport = transport_for(PROPS, runtime)
+    pod = transport.pod_manifest(node, transport.backend.arguments(action, node, state))
+    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+    return pod
+
+
 def test_one_host_per_node():
     assert PodTransport.hosts(["b", "a"]) == {"a": ["a"], "b": ["b"]}
 
 
 def test_docker_pod_is_pinned_privileged_and_mounts_what_the_command_uses():
-    transport = transport_for(PROPS, "docker")
-    pod = transport.pod_manifest("gcu-node-7", transport.backend.arguments("activate", "gcu-node-7", None))
-    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
-    spec = pod["spec"]
+    spec = runtime_pod("docker", "activate", "gcu-node-7", None)["spec"]
     assert spec["nodeName"] == "gcu-node-7" and spec["hostPID"] is True and spec["restartPolicy"] == "Never"
     (container,) = spec["containers"]
     assert container["image"] == PROPS["podImage"]
-    command = container["command"]
-    assert command[:3] == ["python3", f"{NODE_CODE_DIR}/runtime_host.py", "activate"]
-    assert argument(command, "--daemon-json") == "/host/etc/docker/daemon.json"
-    assert argument(command, "--docker-host") == "unix:///host/var/run/docker.sock"
-    assert argument(command, "--pid-file") == "/host/run/docker.pid"
-    assert argument(command, "--restart-command") == "nsenter -t 1 -m -u -i -n -p -- systemctl restart docker"
-    assert argument(command, "--runtime-path") == "/usr/local/enflame/bin/enflame-container-runtime"
+    assert_runs(container, "runtime_host.py", "activate", {
+        "--daemon-json": "/host/etc/docker/daemon.json",
+        "--docker-host": "unix:///host/var/run/docker.sock",
+        "--pid-file": "/host/run/docker.pid",
+        "--restart-command": "nsenter -t 1 -m -u -i -n -p -- systemctl restart docker",
+        "--runtime-path": "/usr/local/enflame/bin/enflame-container-runtime",
+    })
     mounted = {v["hostPath"]["path"] for v in spec["volumes"]}
     assert mounted == {"/etc/docker", "/var/run", "/run"}
     assert {m["mountPath"] for m in container["volumeMounts"]} == {"/host/etc/docker", "/host/var/run", "/host/run"}
 
 
 def test_containerd_pod_runs_the_containerd_module_with_host_paths_under_host_root():
-    transport = transport_for(PROPS, "containerd")
-    pod = transport.pod_manifest("gcu-node-8", transport.backend.arguments("restore", "gcu-node-8", {"written": None}))
-    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+    pod = runtime_pod("containerd", "restore", "gcu-node-8", {"written": None})
     (container,) = pod["spec"]["containers"]
-    command = container["command"]
-    assert command[:3] == ["python3", f"{NODE_CODE_DIR}/containerd_host.py", "restore"]
     # containerd_host keeps host paths in its arguments and files, and reads them under --host-root.
-    assert argument(command, "--config-toml") == "/etc/containerd/config.toml"
-    assert argument(command, "--host-root") == "/host"
-    assert argument(command, "--restart-command") == "nsenter -t 1 -m -u -i -n -p -- systemctl restart containerd"
-    assert argument(command, "--state-json") == '{"written": null}'
+    assert_runs(container, "containerd_host.py", "restore", {
+        "--config-toml": "/etc/containerd/config.toml",
+        "--host-root": "/host",
+        "--restart-command": "nsenter -t 1 -m -u -i -n -p -- systemctl restart containerd",
+        "--state-json": '{"written": null}',
+    })
     # Mounts follow the runtime actually used: containerd's config directory and socket, nothing of docker's.
     assert {v["hostPath"]["path"] for v in pod["spec"]["volumes"]} == {"/etc/containerd", "/run/containerd"}
 
