@@ -11,6 +11,7 @@ byte for byte.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def mixed(tmp_path_factory):
             Path(dockerd.config_file).write_bytes(DOCKER_ORIGINAL)
             env = Mixed(root, engine.cluster, dockerd, containerd)
             env.config_original = containerd.config_file.read_bytes()
-            env.workload = "keep-running"
+            env.workload = f"keep-running-{os.getpid()}"  # containerd IDs are per machine: unique per run
             containerd.run_container(env.workload, "sleep", "3600")
             set_json_config(engine.stack, "containerd", {
                 "transport": "local",

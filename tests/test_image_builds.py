@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from components import catalog
-from components.hoststate.transports import ENTRYPOINT as RUNTIME_HOST
+from components.catalog import BY_KEY
+from components.hoststate import NODE_CODE_DIR, NODE_FILES
+from components.hoststate.transports import BACKENDS
 from components.images import DEFS
 from devtools import imagebuild
 
@@ -53,8 +54,7 @@ def inspect(dockerd, image):
 
 
 def catalog_containers(key):
-    (definition,) = [d for d in vars(catalog).values() if isinstance(d, catalog.ComponentDef) and d.key == key]
-    return [c for w in definition.workloads for c in w.containers]
+    return [c for w in BY_KEY[key].workloads for c in w.containers]
 
 
 def test_every_component_image_is_built(builds):
@@ -76,10 +76,17 @@ def test_the_workload_executable_is_where_the_workload_expects_it(builds, docker
     assert "Usage" in answer.stdout, answer.stdout
 
 
-def test_activation_pod_command_runs_in_the_toolkit_image(builds, dockerd):
-    # components/hoststate/transports.py runs `python3 /opt/gcu-stack/runtime_host.py ...` from it.
-    answer = run(dockerd, builds[0]["toolkit"].image_name, RUNTIME_HOST, "--help", entrypoint="python3")
-    assert "activate" in answer.stdout
+@pytest.mark.parametrize("runtime", sorted(BACKENDS))
+def test_runtime_pod_command_runs_in_the_toolkit_image(builds, dockerd, runtime):
+    # components/hoststate/transports.py runs `python3 /opt/gcu-stack/<module> ...` from it, for each runtime.
+    module = f"{NODE_CODE_DIR}/{BACKENDS[runtime].script}"
+    answer = run(dockerd, builds[0]["toolkit"].image_name, module, "--help", entrypoint="python3")
+    assert "activate" in answer.stdout and "inspect" in answer.stdout
+
+
+def test_the_toolkit_image_carries_exactly_the_node_code(builds, dockerd):
+    listed = run(dockerd, builds[0]["toolkit"].image_name, "-c", f"ls {NODE_CODE_DIR}", entrypoint="/bin/sh").stdout.split()
+    assert sorted(n for n in listed if n.endswith(".py")) == sorted(NODE_FILES)
 
 
 def wait_for(predicate, seconds=30.0):
@@ -111,7 +118,8 @@ def test_toolkit_entrypoint_installs_the_runtime_activates_it_and_stays_up(build
     runtime = "/usr/local/enflame/bin/enflame-container-runtime"
     container = started(
         dockerd, builds[0]["toolkit"].image_name, "-v", f"{host}:/host",
-        "-e", "RUNTIME_ACTIVATION=none", "-e", f"ENFLAME_RUNTIME_PATH={runtime}",
+        # (CONTAINER_RUNTIME auto asks the API server for the node's runtime: this container has none to ask.)
+        "-e", "CONTAINER_RUNTIME=docker", "-e", "RUNTIME_ACTIVATION=none", "-e", f"ENFLAME_RUNTIME_PATH={runtime}",
         "-e", "DAEMON_JSON=/host/etc/docker/daemon.json", "-e", "NODE_NAME=gcu-node-1",
     )
     daemon_json = host / "etc" / "docker" / "daemon.json"
