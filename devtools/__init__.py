@@ -4,19 +4,25 @@ kwok-simulated nodes (:mod:`devtools.localcluster`) and a private real dockerd
 
 Both use binaries prepared by ``scripts/toolchain/kube.sh`` (cached under
 ``~/.cache/gcu-stack/<tool>-<version>/``) and only the Python standard library.
-This package also holds the small process helpers both modules share.
+This package also holds the small helpers its modules share: processes, state files, the
+CLIs' exit codes; :mod:`devtools.daemon` is what the private dockerd and containerd share.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import http.client
+import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 CACHE_DIR = Path(os.environ.get("GCU_CACHE_DIR") or Path.home() / ".cache" / "gcu-stack")
 TOOLCHAIN_HINT = "run scripts/toolchain/kube.sh (it installs/builds the local toolchain)"
@@ -144,6 +150,22 @@ def kill_pid(pid: int, *, exe: Optional[str] = None, timeout: float = 10.0,
         pass
 
 
+def kill_matching(matches: Callable[[str], bool]) -> None:
+    """SIGKILL every process whose command line (its arguments joined by NUL bytes) `matches`."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if matches(cmdline):
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+            except OSError:
+                pass
+
+
 def log_tail(path: Path, lines: int = 40) -> str:
     try:
         with open(path, "rb") as f:
@@ -162,7 +184,63 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+# --------------------------------------------------------------------------- state, HTTPS, CLI
+
+def write_json(path: Path, data: Any) -> None:
+    """Replace `path` with `data` as indented JSON at once (readers never see half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)
+
+
+def https_request(host: str, port: int, context: ssl.SSLContext, method: str, path: str, *,
+                  data: Optional[bytes], headers: dict, timeout: float) -> tuple[int, str]:
+    """One HTTPS request; its status and body text."""
+    conn = http.client.HTTPSConnection(host, port, context=context, timeout=timeout)
+    try:
+        conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode(errors="replace")
+    finally:
+        conn.close()
+
+
+class StartStop:
+    """``with X(...) as x``: x.start() on entry, x.stop() on exit."""
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def exit_codes(main: Callable[..., int]) -> Callable[..., int]:
+    """A CLI main whose ToolchainMissing exits 2 and ComponentFailed 1, with the message on stderr."""
+    @functools.wraps(main)
+    def run(*args: Any, **kwargs: Any) -> int:
+        try:
+            return main(*args, **kwargs)
+        except (ToolchainMissing, ComponentFailed) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2 if isinstance(error, ToolchainMissing) else 1
+    return run
+
+
+def nothing_running(command: str, *, say: str = "") -> int:
+    """A state-dir CLI's answer when its state dir holds nothing running: `down` has nothing to do (0,
+    after saying `say`), `status` and the others report {"running": false} and exit 3."""
+    if command == "down":
+        if say:
+            print(say, file=sys.stderr)
+        return 0
+    print(json.dumps({"running": False}))
+    return 3
+
+
 __all__ = [
     "CACHE_DIR", "TOOLCHAIN_HINT", "ToolchainMissing", "ComponentFailed",
-    "spawn", "pid_alive", "pid_matches", "kill_pid", "log_tail", "free_port",
+    "spawn", "pid_alive", "pid_matches", "kill_pid", "kill_matching", "log_tail", "free_port",
+    "write_json", "https_request", "StartStop", "exit_codes", "nothing_running",
 ]

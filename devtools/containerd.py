@@ -26,7 +26,6 @@ seconds), so tests and benchmarks can count restarts.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -34,12 +33,12 @@ import signal
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
-from devtools import TOOLCHAIN_HINT, ComponentFailed, ToolchainMissing, kill_pid, log_tail, pid_alive, pid_matches, spawn
+from devtools import TOOLCHAIN_HINT, ToolchainMissing, exit_codes, kill_matching, kill_pid, pid_alive, pid_matches
+from devtools.daemon import Daemon, daemon_cli
 
 CRI = "io.containerd.grpc.v1.cri"
 
@@ -65,45 +64,29 @@ def start_time(pid: int) -> int:
         return int(handle.read().rsplit(")", 1)[1].split()[19])
 
 
-class Containerd:
+class Containerd(Daemon):
     """A private containerd: ``config_file``, ``socket``, ``pidfile``, ``root``, ``state``, ``log_file``, ``pid``.
 
     The socket lives in a short directory under /tmp (unix socket paths are limited to 107 bytes)."""
 
+    NAME = "containerd"
+    CONFIG = "config.toml"
+    PIDFILE = "containerd.pid"
+    SOCKET = "containerd.sock"
+    SHORT_PREFIX = "gcuc-"
+    ADDRESS = "socket"
+
     def __init__(self, workdir: Union[str, Path], *, detach: bool = False, short_dir: Optional[Union[str, Path]] = None):
-        self.workdir = Path(workdir).resolve()
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.detach = detach
-        self.bins = find_binaries()
-        self.config_file = self.workdir / "config.toml"
-        self.pidfile = self.workdir / "containerd.pid"
-        self.log_file = self.workdir / "containerd.log"
+        super().__init__(workdir, find_binaries(), detach=detach, short_dir=short_dir)
         self.restart_log = self.workdir / "restarts.log"
         self.root = self.workdir / "root"
         self.state = self.workdir / "state"
         self.rootfs = self.workdir / "rootfs"
-        self.short_dir = Path(short_dir) if short_dir else None
-        self.proc: Optional[subprocess.Popen] = None
-        self.pid: Optional[int] = None
 
     # ---- paths and config
-    def _ensure_short_dir(self) -> Path:
-        if self.short_dir is None:
-            self.short_dir = Path(tempfile.mkdtemp(prefix="gcuc-", dir="/tmp"))
-        self.short_dir.mkdir(parents=True, exist_ok=True)
-        return self.short_dir
-
-    @property
-    def socket(self) -> Path:
-        return self._ensure_short_dir() / "containerd.sock"
-
     @property
     def address(self) -> str:
         return str(self.socket)
-
-    @property
-    def runc_path(self) -> str:
-        return self.bins["runc"]
 
     def essentials(self) -> str:
         """The lines every config of this instance needs: version, root, state (top level; no table yet)."""
@@ -143,12 +126,6 @@ class Containerd:
         return ["env", f"PYTHONPATH={project}", sys.executable, "-m", "devtools.containerd", "restart", "--state-dir", str(self.workdir)]
 
     # ---- lifecycle
-    def __enter__(self) -> "Containerd":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
     def start(self, timeout: float = 60.0) -> "Containerd":
         if self.pid and pid_alive(self.pid):
             return self
@@ -158,35 +135,13 @@ class Containerd:
             self.write_config(self.default_config())
         if self.socket.exists():
             self.socket.unlink()
-        started = time.monotonic()
         env = {**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin:" + os.environ.get("PATH", "")}
         # cwd "/": where systemd runs containerd (it resolves relative glob imports there).
-        self.proc = spawn([self.bins["containerd"], "--config", self.config_file], self.log_file, detach=self.detach, env=env, cwd=Path("/"))
-        self.pid = self.proc.pid
-        while True:
-            if self.proc.poll() is not None:
-                raise self._fail(f"exited during startup (exit code {self.proc.returncode})")
-            if self.socket.exists() and self.ctr("version", check=False, timeout=10).returncode == 0:
-                break
-            if time.monotonic() - started > timeout:
-                error = self._fail("did not answer on its socket in time")
-                self.stop()
-                raise error
-            time.sleep(0.05)
-        self.startup_seconds = time.monotonic() - started
+        self._launch([self.bins["containerd"], "--config", self.config_file], env=env, cwd=Path("/"), timeout=timeout,
+                     interval=0.05, ready=lambda: self.socket.exists() and self.ctr("version", check=False, timeout=10).returncode == 0)
         self.pidfile.write_text(f"{self.pid}\n")
         self._write_state()
         return self
-
-    def _fail(self, why: str) -> ComponentFailed:
-        return ComponentFailed(f"containerd {why}\n--- last lines of {self.log_file} ---\n{log_tail(self.log_file, 40)}")
-
-    def running(self) -> bool:
-        if self.pid is None:
-            return False
-        if self.proc is not None:
-            return self.proc.poll() is None
-        return pid_matches(self.pid, self.bins["containerd"])
 
     def daemon_pid(self) -> Optional[int]:
         try:
@@ -243,27 +198,11 @@ class Containerd:
         if self.pid is not None and self.proc is None:
             kill_pid(self.pid, exe=self.bins["containerd"], timeout=timeout)
         self._kill_leftover_shims()
-        self.pid, self.proc = None, None
-        if self.short_dir is not None and str(self.short_dir).startswith("/tmp/gcuc-"):
-            shutil.rmtree(self.short_dir, ignore_errors=True)
-        for stale in (self.workdir / "state.json", self.pidfile):
-            if stale.exists():
-                stale.unlink()
+        self._forget(self.pidfile)
 
     def _kill_leftover_shims(self) -> None:
         marker = f"-address\0{self.socket}\0"
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if "containerd-shim" in cmdline and marker in cmdline + "\0":
-                try:
-                    os.kill(int(entry), signal.SIGKILL)
-                except OSError:
-                    pass
+        kill_matching(lambda cmdline: "containerd-shim" in cmdline and marker in cmdline + "\0")
 
     # ---- tools
     def ctr(self, *args: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess:
@@ -322,60 +261,14 @@ class Containerd:
         self.ctr("-n", namespace, "tasks", "rm", "-f", container_id, check=False)
         self.ctr("-n", namespace, "containers", "rm", container_id, check=False)
 
-    # ---- state (CLI)
-    def _write_state(self) -> None:
-        state = {"workdir": str(self.workdir), "socket": str(self.socket), "pid": self.pid, "pidfile": str(self.pidfile),
-                 "config_file": str(self.config_file), "short_dir": str(self.short_dir), "log_file": str(self.log_file)}
-        path = self.workdir / "state.json"
-        path.with_suffix(".tmp").write_text(json.dumps(state, indent=2))
-        path.with_suffix(".tmp").replace(path)
-
-    @classmethod
-    def from_state_dir(cls, state_dir: Union[str, Path]) -> "Containerd":
-        state = json.loads((Path(state_dir) / "state.json").read_text())
-        daemon = cls(state["workdir"], detach=True, short_dir=state["short_dir"])
-        daemon.pid = int(state["pid"])
-        return daemon
+    def up_message(self) -> str:
+        return f"containerd up in {self.startup_seconds:.1f}s; config {self.config_file}; pid {self.pid}"
 
 
+@exit_codes
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devtools.containerd", description="Private real containerd.")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    for name in ("up", "down", "status", "restart"):
-        sub.add_parser(name).add_argument("--state-dir", required=True)
-    args = parser.parse_args(argv)
-    state_dir = Path(args.state_dir).resolve()
-    has_state = (state_dir / "state.json").exists()
-    try:
-        if args.cmd == "up":
-            if has_state:
-                daemon = Containerd.from_state_dir(state_dir)
-                if daemon.running():
-                    print(daemon.socket)
-                    return 0
-                daemon.stop()
-            daemon = Containerd(state_dir, detach=True).start()
-            print(f"containerd up in {daemon.startup_seconds:.1f}s; config {daemon.config_file}; pid {daemon.pid}", file=sys.stderr)
-            print(daemon.socket)
-            return 0
-        if not has_state:
-            if args.cmd in ("status", "restart"):
-                print(json.dumps({"running": False}))
-                return 3
-            return 0
-        daemon = Containerd.from_state_dir(state_dir)
-        if args.cmd == "down":
-            daemon.stop()
-            return 0
-        if args.cmd == "restart":
-            print(json.dumps(daemon.restart()))
-            return 0
-        ok = daemon.running()
-        print(json.dumps({"running": ok, "socket": str(daemon.socket), "pid": daemon.pid, "config_file": str(daemon.config_file)}))
-        return 0 if ok else 3
-    except (ToolchainMissing, ComponentFailed) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2 if isinstance(error, ToolchainMissing) else 1
+    return daemon_cli(Containerd, argv, prog="python -m devtools.containerd", description="Private real containerd.",
+                      commands={"restart": Containerd.restart})
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ CLI (detached)::
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
 import json
@@ -34,13 +33,11 @@ import signal
 import subprocess
 import sys
 import tarfile
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from devtools import (CACHE_DIR, TOOLCHAIN_HINT, ComponentFailed, ToolchainMissing, kill_pid, log_tail,
-                      pid_alive, pid_matches, spawn)
+from devtools import CACHE_DIR, TOOLCHAIN_HINT, ToolchainMissing, exit_codes, kill_matching, kill_pid, pid_alive
+from devtools.daemon import Daemon, daemon_cli
 
 BASE_IMAGE = "gcu-test-base:latest"
 
@@ -123,7 +120,7 @@ def busybox_rootfs_tar(busybox: str) -> Path:
     return out
 
 
-class Dockerd:
+class Dockerd(Daemon):
     """A private dockerd with its own config file, socket, pidfile, data and exec roots.
 
     Attributes: ``config_file`` (daemon.json), ``host`` ("unix://.../docker.sock"),
@@ -132,33 +129,21 @@ class Dockerd:
     socket paths are limited to 107 bytes (containerd's socket sits in the exec root).
     """
 
+    NAME = "dockerd"
+    CONFIG = "daemon.json"
+    PIDFILE = "docker.pid"
+    SOCKET = "docker.sock"
+    SHORT_PREFIX = "gcud-"
+    ADDRESS = "host"
+
     def __init__(self, workdir: Union[str, Path], *, config: Optional[dict] = None,
                  storage_driver: str = "vfs", detach: bool = False, short_dir: Optional[Union[str, Path]] = None):
-        self.workdir = Path(workdir).resolve()
+        super().__init__(workdir, find_binaries(), detach=detach, short_dir=short_dir)
         self.initial_config = dict(config or {})
         self.storage_driver = storage_driver
-        self.detach = detach
-        self.bins = find_binaries()
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.config_file = self.workdir / "daemon.json"
-        self.pidfile = self.workdir / "docker.pid"
         self.data_root = self.workdir / "data"
-        self.log_file = self.workdir / "dockerd.log"
-        self.short_dir = Path(short_dir) if short_dir else None
-        self.proc: Optional[subprocess.Popen] = None
-        self.pid: Optional[int] = None
 
     # ---- paths
-    def _ensure_short_dir(self) -> Path:
-        if self.short_dir is None:
-            self.short_dir = Path(tempfile.mkdtemp(prefix="gcud-", dir="/tmp"))
-        self.short_dir.mkdir(parents=True, exist_ok=True)
-        return self.short_dir
-
-    @property
-    def socket(self) -> Path:
-        return self._ensure_short_dir() / "docker.sock"
-
     @property
     def exec_root(self) -> Path:
         return self._ensure_short_dir() / "exec"
@@ -167,10 +152,6 @@ class Dockerd:
     def host(self) -> str:
         return f"unix://{self.socket}"
 
-    @property
-    def runc_path(self) -> str:
-        return self.bins["runc"]
-
     def env(self) -> dict:
         """os.environ + DOCKER_HOST for subprocesses (docker CLI, pulumi-docker)."""
         e = dict(os.environ)
@@ -178,12 +159,6 @@ class Dockerd:
         return e
 
     # ---- lifecycle
-    def __enter__(self) -> "Dockerd":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
     def start(self, timeout: float = 60.0) -> "Dockerd":
         if self.pid and pid_alive(self.pid):
             return self
@@ -202,29 +177,17 @@ class Dockerd:
         env = dict(os.environ)
         # dockerd finds containerd/runc via PATH
         env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin:" + env.get("PATH", "")
-        t0 = time.monotonic()
-        self.proc = spawn(argv, self.log_file, detach=self.detach, env=env)
-        self.pid = self.proc.pid
-        deadline = t0 + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise self._fail(f"exited during startup (exit code {self.proc.returncode})")
-            if self.socket.exists():
-                r = self.docker("version", "--format", "{{.Server.Version}}", check=False, timeout=10)
-                if r.returncode == 0:
-                    self.server_version = r.stdout.strip()
-                    break
-            if time.monotonic() > deadline:
-                err = self._fail("did not answer on its socket in time")
-                self.stop()
-                raise err
-            time.sleep(0.1)
-        self.startup_seconds = time.monotonic() - t0
+        self._launch(argv, env=env, ready=self._answers, timeout=timeout, interval=0.1)
         self._write_state()
         return self
 
-    def _fail(self, why: str) -> ComponentFailed:
-        return ComponentFailed(f"dockerd {why}\n--- last lines of {self.log_file} ---\n{log_tail(self.log_file, 40)}")
+    def _answers(self) -> bool:
+        if not self.socket.exists():
+            return False
+        r = self.docker("version", "--format", "{{.Server.Version}}", check=False, timeout=10)
+        if r.returncode == 0:
+            self.server_version = r.stdout.strip()
+        return r.returncode == 0
 
     def stop(self, timeout: float = 20.0) -> None:
         """Stop dockerd (SIGTERM: it stops its containers and its containerd), clean the short dir.
@@ -240,30 +203,14 @@ class Dockerd:
         if self.pid is not None:
             kill_pid(self.pid, exe=None if self.proc else self.bins["dockerd"], proc=self.proc, timeout=timeout)
         self._kill_leftover_shims()
-        self.pid, self.proc = None, None
-        if self.short_dir is not None and str(self.short_dir).startswith("/tmp/gcud-"):
-            shutil.rmtree(self.short_dir, ignore_errors=True)
-        st = self.workdir / "state.json"
-        if st.exists():
-            st.unlink()
+        self._forget()
 
     def _kill_leftover_shims(self) -> None:
         """containerd-shim processes of *our* containerd (matched by our exec root) if any survived."""
         if self.short_dir is None:
             return
         marker = str(self.exec_root)
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                cmd = Path(f"/proc/{d}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if "containerd" in cmd and marker in cmd:
-                try:
-                    os.kill(int(d), signal.SIGKILL)
-                except OSError:
-                    pass
+        kill_matching(lambda cmd: "containerd" in cmd and marker in cmd)
 
     # ---- config / reload
     def read_config(self) -> dict:
@@ -322,73 +269,18 @@ class Dockerd:
                     "--message", "gcu-stack test base (static busybox)", str(tar), name)
         return name
 
-    # ---- state (CLI)
-    def _write_state(self) -> None:
-        st = {"workdir": str(self.workdir), "host": self.host, "pid": self.pid, "pidfile": str(self.pidfile),
-              "config_file": str(self.config_file), "short_dir": str(self.short_dir),
-              "log_file": str(self.log_file), "dockerd": self.bins["dockerd"]}
-        p = self.workdir / "state.json"
-        p.with_suffix(".tmp").write_text(json.dumps(st, indent=2))
-        p.with_suffix(".tmp").replace(p)
-
-    @classmethod
-    def from_state_dir(cls, state_dir: Union[str, Path]) -> "Dockerd":
-        st = json.loads((Path(state_dir) / "state.json").read_text())
-        d = cls(st["workdir"], detach=True, short_dir=st["short_dir"])
-        d.pid = int(st["pid"])
-        return d
-
-    def running(self) -> bool:
-        if self.pid is None:
-            return False
-        if self.proc is not None:
-            return self.proc.poll() is None
-        return pid_matches(self.pid, self.bins["dockerd"])
+    def up_message(self) -> str:
+        return (f"dockerd {getattr(self, 'server_version', '?')} up in {self.startup_seconds:.1f}s; "
+                f"config {self.config_file}; pidfile {self.pidfile}\nexport DOCKER_HOST={self.host}")
 
 
+@exit_codes
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m devtools.dockerd", description="Private real dockerd.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("up", "down", "status"):
-        p = sub.add_parser(name)
-        p.add_argument("--state-dir", required=True)
-        if name == "up":
-            p.add_argument("--no-base-image", action="store_true", help=f"do not import {BASE_IMAGE}")
-    a = ap.parse_args(argv)
-    state_dir = Path(a.state_dir).resolve()
-    has_state = (state_dir / "state.json").exists()
-    try:
-        if a.cmd == "up":
-            if has_state:
-                d = Dockerd.from_state_dir(state_dir)
-                if d.running():
-                    print(d.host)
-                    return 0
-                d.stop()
-            d = Dockerd(state_dir, detach=True)
-            d.start()
-            if not a.no_base_image:
-                d.ensure_base_image()
-            print(f"dockerd {getattr(d, 'server_version', '?')} up in {d.startup_seconds:.1f}s; "
-                  f"config {d.config_file}; pidfile {d.pidfile}", file=sys.stderr)
-            print(f"export DOCKER_HOST={d.host}", file=sys.stderr)
-            print(d.host)
-            return 0
-        if not has_state:
-            if a.cmd == "status":
-                print(json.dumps({"running": False}))
-                return 3
-            return 0
-        d = Dockerd.from_state_dir(state_dir)
-        if a.cmd == "down":
-            d.stop()
-            return 0
-        ok = d.running()
-        print(json.dumps({"running": ok, "host": d.host, "pid": d.pid, "config_file": str(d.config_file)}))
-        return 0 if ok else 3
-    except (ToolchainMissing, ComponentFailed) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2 if isinstance(e, ToolchainMissing) else 1
+    return daemon_cli(
+        Dockerd, argv, prog="python -m devtools.dockerd", description="Private real dockerd.",
+        up_options=lambda up: up.add_argument("--no-base-image", action="store_true", help=f"do not import {BASE_IMAGE}"),
+        after_up=lambda daemon, args: None if args.no_base_image else daemon.ensure_base_image(),
+    )
 
 
 if __name__ == "__main__":

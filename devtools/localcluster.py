@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
-from devtools import (CACHE_DIR, TOOLCHAIN_HINT, ComponentFailed, ToolchainMissing, free_port,
-                      kill_pid, log_tail, pid_matches, spawn)
+from devtools import (CACHE_DIR, TOOLCHAIN_HINT, ComponentFailed, StartStop, ToolchainMissing, free_port,
+                      https_request, kill_pid, log_tail, nothing_running, pid_matches, spawn, write_json)
 
 K8S_VERSION = os.environ.get("GCU_K8S_VERSION", "1.33.4")      # devtools/go/go.mod
 ETCD_VERSION = os.environ.get("GCU_ETCD_VERSION", "3.5.21")     # devtools/etcd/go.mod
@@ -176,22 +176,17 @@ class Api:
 
     def request(self, method: str, path: str, body: Any = None, *, timeout: float = 10.0,
                 content_type: str = "application/json", raw: bool = False) -> Any:
-        conn = http.client.HTTPSConnection(self.host, self.port, context=self.ctx, timeout=timeout)
-        try:
-            data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-            headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
-            if data is not None:
-                headers["Content-Type"] = content_type
-            conn.request(method, path, body=data, headers=headers)
-            resp = conn.getresponse()
-            text = resp.read().decode(errors="replace")
-            if resp.status >= 300:
-                raise ApiError(resp.status, text, method, path)
-            if raw:
-                return text
-            return json.loads(text) if text else None
-        finally:
-            conn.close()
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        status, text = https_request(self.host, self.port, self.ctx, method, path, data=data, headers=headers,
+                                     timeout=timeout)
+        if status >= 300:
+            raise ApiError(status, text, method, path)
+        if raw:
+            return text
+        return json.loads(text) if text else None
 
     def get(self, path: str, **kw: Any) -> Any:
         return self.request("GET", path, **kw)
@@ -291,7 +286,7 @@ class _Component:
         return self.proc.poll() if self.proc is not None else None
 
 
-class LocalCluster:
+class LocalCluster(StartStop):
     """etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok on loopback.
 
     Args:
@@ -378,13 +373,6 @@ class LocalCluster:
         e = dict(os.environ)
         e["KUBECONFIG"] = self.kubeconfig
         return e
-
-    # ---- context manager
-    def __enter__(self) -> "LocalCluster":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     # ---- lifecycle
     def start(self, timeout: float = 60.0) -> "LocalCluster":
@@ -492,6 +480,8 @@ class LocalCluster:
             "--event-ttl", "1h",
             "--max-requests-inflight", "800", "--max-mutating-requests-inflight", "400",
             "--cert-dir", pki,
+            # Real nodes (devtools/realnode.py) have no resolvable hostname: logs and exec go to their node IP.
+            "--kubelet-preferred-address-types", "InternalIP,Hostname",
         ]
         if self.audit:
             policy = self.workdir / "audit-policy.yaml"
@@ -783,10 +773,7 @@ class LocalCluster:
     def _write_state(self) -> None:
         if not self.components:
             return
-        p = self.workdir / "state.json"
-        tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._state(), indent=2))
-        tmp.replace(p)
+        write_json(self.workdir / "state.json", self._state())
 
     @classmethod
     def from_state_dir(cls, state_dir: Union[str, Path]) -> "LocalCluster":
@@ -924,11 +911,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
 
     if not (state_dir / "state.json").exists():
-        if a.cmd == "down":
-            print("nothing running", file=sys.stderr)
-            return 0
-        print(json.dumps({"running": False}))
-        return 3
+        return nothing_running(a.cmd, say="nothing running")
     c = LocalCluster.from_state_dir(state_dir)
     if a.cmd == "down":
         c.stop()

@@ -89,7 +89,6 @@ import ctypes
 import errno
 import fcntl
 import hashlib
-import http.client
 import io
 import json
 import os
@@ -110,8 +109,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
-from devtools import (CACHE_DIR, TOOLCHAIN_HINT, ComponentFailed, ToolchainMissing, kill_pid, log_tail,
-                      pid_alive, spawn)
+from devtools import (CACHE_DIR, TOOLCHAIN_HINT, ComponentFailed, StartStop, ToolchainMissing, exit_codes,
+                      https_request, kill_pid, log_tail, pid_alive, spawn, write_json)
 
 K8S_VERSION = os.environ.get("GCU_K8S_VERSION", "1.33.4")
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -381,25 +380,20 @@ class KubeApi:
 
     def request(self, method: str, path: str, body: Any = None, *, timeout: float = 15,
                 content_type: str = "application/json") -> Any:
-        conn = http.client.HTTPSConnection(self.host, self.port, context=self.ctx, timeout=timeout)
-        try:
-            headers = {"Accept": "application/json"}
-            if self.token:
-                headers["Authorization"] = f"Bearer {self.token}"
-            data = None
-            if body is not None:
-                data = json.dumps(body).encode()
-                headers["Content-Type"] = content_type
-            conn.request(method, path, body=data, headers=headers)
-            resp = conn.getresponse()
-            text = resp.read().decode(errors="replace")
-            if resp.status >= 300:
-                err = RealNodeError(f"{method} {path} -> HTTP {resp.status}: {text[:400]}")
-                err.status = resp.status  # type: ignore[attr-defined]
-                raise err
-            return json.loads(text) if text else None
-        finally:
-            conn.close()
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        status, text = https_request(self.host, self.port, self.ctx, method, path, data=data, headers=headers,
+                                     timeout=timeout)
+        if status >= 300:
+            err = RealNodeError(f"{method} {path} -> HTTP {status}: {text[:400]}")
+            err.status = status  # type: ignore[attr-defined]
+            raise err
+        return json.loads(text) if text else None
 
     def get(self, path: str, **kw: Any) -> Any:
         return self.request("GET", path, **kw)
@@ -457,7 +451,7 @@ def sandbox_image_archive(busybox: str) -> tuple[Path, str]:
 
 # --------------------------------------------------------------------------- the node
 
-class RealNode:
+class RealNode(StartStop):
     """A kubelet + containerd node in its own network and mount namespaces (see the module docstring).
 
     Args:
@@ -644,12 +638,6 @@ class RealNode:
         return [self.toolchain["nsenter"], "-t", str(holder), "-m", "-n", "--", *map(str, argv)]
 
     # ---- lifecycle
-    def __enter__(self) -> "RealNode":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
     def start(self, timeout: float = 180.0) -> "RealNode":
         """Namespaces, containerd, the kubelet; returns once the Node is Ready. On failure everything is removed."""
         tc = self.toolchain
@@ -1244,11 +1232,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             snapshotter=self.snapshotter, delete_node_on_stop=self.delete_node_on_stop, timings=self.timings,
             sandbox_image=self.sandbox_image, detach=self.detach,
         )
-        p = self.workdir / "state.json"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state, indent=2, default=str))
-        tmp.replace(p)
+        write_json(self.workdir / "state.json", self.state)
 
     def summary(self) -> dict:
         return {"name": self.name, "node_ip": self.node_ip if self.index else None, "netns": self.netns,
@@ -1662,6 +1646,7 @@ def _find_ca(kubeconfig: Path) -> tuple[Optional[Path], Optional[Path]]:
     return None, None
 
 
+@exit_codes
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m devtools.realnode",
                                  description="A real kubelet + containerd node in its own namespaces (root only).")
@@ -1705,68 +1690,64 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     if a.cmd == "agent":
         return agent_main(state_dir, a.reap_on_eof)
-    try:
-        if a.cmd == "up":
-            if has_state:
-                old = RealNode.from_state_dir(state_dir)
-                print(f"realnode {old.name}: stale state in {state_dir}, cleaning up first", file=sys.stderr)
-                old.stop()
-            kubeconfig = Path(a.kubeconfig).resolve()
-            ca_cert, ca_key = (Path(a.ca_cert), Path(a.ca_key)) if a.ca_key else _find_ca(kubeconfig)
-            labels = dict(kv.split("=", 1) if "=" in kv else (kv, "") for kv in a.label)
-            node = RealNode(state_dir, a.name, kubeconfig, ca_cert=ca_cert, ca_key=ca_key, labels=labels,
-                            taints=[parse_taint(t) for t in a.taint], snapshotter=a.snapshotter, detach=True,
-                            fake_gcus=a.fake_gcus)
-            node.start(timeout=a.timeout)
-            print(f"realnode {node.name} Ready in {node.timings.get('ready', 0):.1f}s: node IP {node.node_ip}, "
-                  f"containerd {node.containerd_socket}, logs {node.log_dir}", file=sys.stderr)
-            print(json.dumps(node.summary()))
-            return 0
-        if a.cmd == "leftovers" and not has_state and (state_dir / "stopped.json").exists():
-            left = leftovers(json.loads((state_dir / "stopped.json").read_text()))
-            print(json.dumps(left, indent=2))
-            return 1 if any(left.values()) else 0
-        if not has_state:
-            if a.cmd == "status":
-                print(json.dumps({"running": False}))
-                return 3
-            if a.cmd == "leftovers":
-                print(json.dumps({}))
-                return 0
-            print("nothing running", file=sys.stderr)
-            return 0
-        node = RealNode.from_state_dir(state_dir)
-        if a.cmd == "down":
-            problems = node.stop(delete_node=not a.keep_node_object)
-            return 1 if problems else 0
+    if a.cmd == "up":
+        if has_state:
+            old = RealNode.from_state_dir(state_dir)
+            print(f"realnode {old.name}: stale state in {state_dir}, cleaning up first", file=sys.stderr)
+            old.stop()
+        kubeconfig = Path(a.kubeconfig).resolve()
+        ca_cert, ca_key = (Path(a.ca_cert), Path(a.ca_key)) if a.ca_key else _find_ca(kubeconfig)
+        labels = dict(kv.split("=", 1) if "=" in kv else (kv, "") for kv in a.label)
+        node = RealNode(state_dir, a.name, kubeconfig, ca_cert=ca_cert, ca_key=ca_key, labels=labels,
+                        taints=[parse_taint(t) for t in a.taint], snapshotter=a.snapshotter, detach=True,
+                        fake_gcus=a.fake_gcus)
+        node.start(timeout=a.timeout)
+        print(f"realnode {node.name} Ready in {node.timings.get('ready', 0):.1f}s: node IP {node.node_ip}, "
+              f"containerd {node.containerd_socket}, logs {node.log_dir}", file=sys.stderr)
+        print(json.dumps(node.summary()))
+        return 0
+    if a.cmd == "leftovers" and not has_state and (state_dir / "stopped.json").exists():
+        left = leftovers(json.loads((state_dir / "stopped.json").read_text()))
+        print(json.dumps(left, indent=2))
+        return 1 if any(left.values()) else 0
+    if not has_state:
+        if a.cmd == "status":
+            print(json.dumps({"running": False}))
+            return 3
         if a.cmd == "leftovers":
-            left = node.leftovers()
-            print(json.dumps(left, indent=2))
-            return 1 if any(left.values()) else 0
-        if a.cmd == "import-image":
-            if a.docker_host:
-                for ref in a.refs:
-                    secs = node.import_image(a.docker_host, ref)
-                    print(f"imported {ref} in {secs:.1f}s", file=sys.stderr)
-            else:
-                for archive in a.archive:
-                    secs = node.import_image(archive)
-                    print(f"imported {archive} in {secs:.1f}s", file=sys.stderr)
+            print(json.dumps({}))
             return 0
-        ok = all(pid_alive(node.pids.get(k, 0)) for k in ("containerd", "kubelet", "holder"))
-        st = node.summary()
-        st["running"] = ok
-        try:
-            n = node._node()
-            st["ready"] = bool(n and node_ready(n))
-        except Exception as e:
-            st["ready"] = False
-            st["api_error"] = str(e)
-        print(json.dumps(st, indent=2))
-        return 0 if ok else 3
-    except (ToolchainMissing, ComponentFailed) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2 if isinstance(e, ToolchainMissing) else 1
+        print("nothing running", file=sys.stderr)
+        return 0
+    node = RealNode.from_state_dir(state_dir)
+    if a.cmd == "down":
+        problems = node.stop(delete_node=not a.keep_node_object)
+        return 1 if problems else 0
+    if a.cmd == "leftovers":
+        left = node.leftovers()
+        print(json.dumps(left, indent=2))
+        return 1 if any(left.values()) else 0
+    if a.cmd == "import-image":
+        if a.docker_host:
+            for ref in a.refs:
+                secs = node.import_image(a.docker_host, ref)
+                print(f"imported {ref} in {secs:.1f}s", file=sys.stderr)
+        else:
+            for archive in a.archive:
+                secs = node.import_image(archive)
+                print(f"imported {archive} in {secs:.1f}s", file=sys.stderr)
+        return 0
+    ok = all(pid_alive(node.pids.get(k, 0)) for k in ("containerd", "kubelet", "holder"))
+    st = node.summary()
+    st["running"] = ok
+    try:
+        n = node._node()
+        st["ready"] = bool(n and node_ready(n))
+    except Exception as e:
+        st["ready"] = False
+        st["api_error"] = str(e)
+    print(json.dumps(st, indent=2))
+    return 0 if ok else 3
 
 
 if __name__ == "__main__":
