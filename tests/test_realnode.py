@@ -427,65 +427,77 @@ CRASHING_STARTER = textwrap.dedent("""
 """)
 
 
+class CrashingStarter:
+    """A Python process that starts node `name` (CRASHING_STARTER) and dies by SIGKILL when told to."""
+
+    def __init__(self, cluster, tmp_path: Path, name: str):
+        self.cluster, self.name, self.logs = cluster, name, tmp_path / "node" / "logs"
+        pki = Path(cluster.workdir) / "pki"
+        script = CRASHING_STARTER.format(project=str(PROJECT_DIR), workdir=str(tmp_path / "node"), name=name,
+                                         kubeconfig=cluster.kubeconfig, ca_cert=str(pki / "ca.crt"),
+                                         ca_key=str(pki / "ca.key"))
+        self.proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+
+    def __enter__(self) -> "CrashingStarter":
+        """Once its node runs: the node's state as the starter printed it is `state`."""
+        try:
+            line = self.proc.stdout.readline()
+            assert line, f"the starter failed:\n{self.proc.stderr.read()}"
+            self.state = json.loads(line)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+    def run_pod(self, pod: str) -> None:
+        """A pod `pod` sleeping on the node, once it runs."""
+        view = SimpleNamespace(name=self.name, log_dir=self.logs)   # what wait_pod_phase uses
+        apply(self.cluster, shell_pod(pod, self.state["sandbox_image"], "sleep 3600", node_name=self.name))
+        wait_pod_phase(self.cluster, view, "default", pod, ("Running",))
+
+    def die(self) -> None:
+        self.proc.stdin.write("die\n")
+        self.proc.stdin.flush()
+        assert self.proc.wait(30) == -signal.SIGKILL
+
+
 def test_a_node_whose_test_process_dies_is_removed_completely(cluster, tmp_path):
     name = f"gcu-{RUN}-crash"
-    pki = Path(cluster.workdir) / "pki"
-    script = CRASHING_STARTER.format(project=str(PROJECT_DIR), workdir=str(tmp_path / "node"), name=name,
-                                     kubeconfig=cluster.kubeconfig, ca_cert=str(pki / "ca.crt"),
-                                     ca_key=str(pki / "ca.key"))
-    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
     try:
-        line = proc.stdout.readline()
-        assert line, f"the starter failed:\n{proc.stderr.read()}"
-        state = json.loads(line)
-        assert get(cluster, "node", name) is not None
-
-        view = SimpleNamespace(name=name, log_dir=tmp_path / "node" / "logs")   # what wait_pod_phase uses
-        apply(cluster, shell_pod("orphan", state["sandbox_image"], "sleep 3600", node_name=name))
-        wait_pod_phase(cluster, view, "default", "orphan", ("Running",))
-        proc.stdin.write("die\n")
-        proc.stdin.flush()
-        assert proc.wait(30) == -signal.SIGKILL
-        wait_until(lambda: not any(leftovers(state).values()), 60, "the agent to remove the dead starter's node",
-                   diagnose=lambda: json.dumps(leftovers(state), indent=1) + "\n"
-                   + (tmp_path / "node" / "logs" / "agent.log").read_text())
-        assert "teardown done" in (tmp_path / "node" / "logs" / "agent.log").read_text()
-        wait_until(lambda: get(cluster, "node", name) is None, 30, "the Node object to be deleted")
+        with CrashingStarter(cluster, tmp_path, name) as starter:
+            state = starter.state
+            assert get(cluster, "node", name) is not None
+            starter.run_pod("orphan")
+            starter.die()
+            wait_until(lambda: not any(leftovers(state).values()), 60, "the agent to remove the dead starter's node",
+                       diagnose=lambda: json.dumps(leftovers(state), indent=1) + "\n"
+                       + (starter.logs / "agent.log").read_text())
+            assert "teardown done" in (starter.logs / "agent.log").read_text()
+            wait_until(lambda: get(cluster, "node", name) is None, 30, "the Node object to be deleted")
     finally:
-        if proc.poll() is None:
-            proc.kill()
         cluster.kubectl("delete", "pod", "orphan", "--force", "--grace-period=0", check=False)
 
 
 def test_a_node_whose_test_process_and_agent_both_die_is_swept(cluster, tmp_path):
     name = f"gcu-{RUN}-lost"
-    pki = Path(cluster.workdir) / "pki"
-    script = CRASHING_STARTER.format(project=str(PROJECT_DIR), workdir=str(tmp_path / "node"), name=name,
-                                     kubeconfig=cluster.kubeconfig, ca_cert=str(pki / "ca.crt"),
-                                     ca_key=str(pki / "ca.key"))
-    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
     try:
-        line = proc.stdout.readline()
-        assert line, f"the starter failed:\n{proc.stderr.read()}"
-        state = json.loads(line)
-        view = SimpleNamespace(name=name, log_dir=tmp_path / "node" / "logs")
-        apply(cluster, shell_pod("lost", state["sandbox_image"], "sleep 3600", node_name=name))
-        wait_pod_phase(cluster, view, "default", "lost", ("Running",))
-        os.kill(state["pids"]["agent"], signal.SIGKILL)   # the agent first: nobody is left to clean up
-        proc.stdin.write("die\n")
-        proc.stdin.flush()
-        assert proc.wait(30) == -signal.SIGKILL
-        time.sleep(1)
-        left = leftovers(state)
-        assert left["processes"] and left["netns"] and left["interfaces"], left   # the container, shims, ...
-        from devtools.realnode import sweep_stale
-        assert sweep_stale(min_age=0, only=[name], log=lambda m: None) == [name]
-        assert not any(leftovers(state).values()), leftovers(state)
+        with CrashingStarter(cluster, tmp_path, name) as starter:
+            state = starter.state
+            starter.run_pod("lost")
+            os.kill(state["pids"]["agent"], signal.SIGKILL)   # the agent first: nobody is left to clean up
+            starter.die()
+            time.sleep(1)
+            left = leftovers(state)
+            assert left["processes"] and left["netns"] and left["interfaces"], left   # the container, shims, ...
+            from devtools.realnode import sweep_stale
+            assert sweep_stale(min_age=0, only=[name], log=lambda m: None) == [name]
+            assert not any(leftovers(state).values()), leftovers(state)
     finally:
-        if proc.poll() is None:
-            proc.kill()
         cluster.kubectl("delete", "node", name, check=False)
         cluster.kubectl("delete", "pod", "lost", "--force", "--grace-period=0", check=False)
 
