@@ -27,11 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from pulumi import automation as auto  # noqa: E402
-
-from engine import prepare_stack  # noqa: E402
+from engine import local_servers, prepare_stack, set_json_config  # noqa: E402
 from harness import seed_spec  # noqa: E402
-from realservers import start_dockerd, stop_dockerd  # noqa: E402
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 DRIVER_LABEL = "enflame.com/gcu.driver.present"
@@ -152,50 +149,40 @@ def wait_workloads(cluster, gcu_pods: int, ordinary: int, timeout: float = 300) 
 
 
 def run(nodes: int, max_parallel: int, max_unavailable: str) -> None:
-    from devtools.localcluster import LocalCluster
-
     gcu_nodes = [f"gcu-node-{i:03d}" for i in range(1, nodes + 1)]
     node_specs = [(n, {NFD: "true", DRIVER_LABEL: "true"}, {"capacity": {GCU: "4"}}) for n in gcu_nodes] + [("cpu-node-1", {})]
     gcu_pods, ordinary = nodes // 2, nodes
-    with tempfile.TemporaryDirectory() as workdir:
-        root = Path(workdir)
-        cluster = LocalCluster(root / "cluster", nodes=node_specs, audit=False).start()
-        dockerd = start_dockerd(root / "docker")
-        try:
-            stack, _ = prepare_stack(root, cluster, dockerd, name="bench-driver")
-            stack.remove_config("gcu-stack:blueprint")
-            stack.set_config("gcu-stack:driverUpgrade", auto.ConfigValue(json.dumps(
-                {"maxParallel": max_parallel, "maxUnavailable": max_unavailable})))
-            # The same per-node check for both methods: capacity only (kwok runs no workload pods for real).
-            stack.set_config("gcu-stack:validation", auto.ConfigValue(json.dumps({"workload": False})))
-            results = {}
-            for method in ("gcu-stack rolling upgrade", "gcu-upgrade-manager (destroy + up)"):
-                stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(spec("1.0"))))
-                stack.up(on_output=lambda _: None)
-                cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": workloads(gcu_pods, ordinary)}))
-                wait_workloads(cluster, gcu_pods, ordinary)
-                stack.set_config("gcu-stack:spec", auto.ConfigValue(json.dumps(spec("2.0"))))
-                with Watch(cluster, gcu_nodes) as watch:
-                    started = time.perf_counter()
-                    if method.startswith("gcu-stack"):
-                        stack.up(on_output=lambda _: None)
-                    else:
-                        stack.destroy(on_output=lambda _: None)
-                        stack.up(on_output=lambda _: None)
-                    seconds = time.perf_counter() - started
-                results[method] = {
-                    "seconds": seconds,
-                    "most_unavailable": watch.most_unavailable,
-                    "gcu_disturbed": watch.gcu_disturbed,
-                    "driver_pulled": watch.driver_pulled,
-                    "web_disturbed": watch.web_disturbed,
-                    "plugin_down": watch.plugin_down,
-                }
-                cluster.kubectl("delete", "deployment", "training", "web", "-n", "default", "--wait=true")
-                stack.destroy(on_output=lambda _: None)
-        finally:
-            cluster.stop()
-            stop_dockerd(root / "docker")
+    with tempfile.TemporaryDirectory() as workdir, local_servers(Path(workdir), node_specs) as (cluster, dockerd):
+        stack, _ = prepare_stack(Path(workdir), cluster, dockerd, name="bench-driver")
+        stack.remove_config("gcu-stack:blueprint")
+        set_json_config(stack, "driverUpgrade", {"maxParallel": max_parallel, "maxUnavailable": max_unavailable})
+        # The same per-node check for both methods: capacity only (kwok runs no workload pods for real).
+        set_json_config(stack, "validation", {"workload": False})
+        results = {}
+        for method in ("gcu-stack rolling upgrade", "gcu-upgrade-manager (destroy + up)"):
+            set_json_config(stack, "spec", spec("1.0"))
+            stack.up(on_output=lambda _: None)
+            cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": workloads(gcu_pods, ordinary)}))
+            wait_workloads(cluster, gcu_pods, ordinary)
+            set_json_config(stack, "spec", spec("2.0"))
+            with Watch(cluster, gcu_nodes) as watch:
+                started = time.perf_counter()
+                if method.startswith("gcu-stack"):
+                    stack.up(on_output=lambda _: None)
+                else:
+                    stack.destroy(on_output=lambda _: None)
+                    stack.up(on_output=lambda _: None)
+                seconds = time.perf_counter() - started
+            results[method] = {
+                "seconds": seconds,
+                "most_unavailable": watch.most_unavailable,
+                "gcu_disturbed": watch.gcu_disturbed,
+                "driver_pulled": watch.driver_pulled,
+                "web_disturbed": watch.web_disturbed,
+                "plugin_down": watch.plugin_down,
+            }
+            cluster.kubectl("delete", "deployment", "training", "web", "-n", "default", "--wait=true")
+            stack.destroy(on_output=lambda _: None)
     ours, theirs = results.values()
     print(f"driver 1.0 -> 2.0 on {nodes} simulated GCU nodes, {gcu_pods} GCU pods (1 GCU each), {ordinary} ordinary pods;")
     print(f"gcu-stack: maxParallel {max_parallel}, maxUnavailable {max_unavailable}; validation: capacity per node")

@@ -18,8 +18,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from components import links  # noqa: E402
 from components.chain import stages  # noqa: E402
 from components.settings import load_settings  # noqa: E402
-from engine import prepare_stack  # noqa: E402
-from realservers import start_dockerd, stop_dockerd  # noqa: E402
+from engine import engine_stack  # noqa: E402
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 DRIVER = "enflame.com/gcu.driver.present"
@@ -33,24 +32,14 @@ def nodes(count: int) -> list:
 
 
 def measure(count: int) -> float:
-    from devtools.localcluster import LocalCluster
-
-    with tempfile.TemporaryDirectory() as workdir:
-        root = Path(workdir)
-        cluster = LocalCluster(root / "cluster", nodes=nodes(count), audit=False).start()
-        dockerd = start_dockerd(root / "docker")
-        try:
-            stack, _ = prepare_stack(root, cluster, dockerd, name=f"bench{count}")
-            started = time.perf_counter()
-            stack.up(on_output=lambda _: None)
-            seconds = time.perf_counter() - started
-            ready = stack.outputs()["readyResource"].value
-            stack.destroy(on_output=lambda _: None)
-            print(f"  {count:4d} nodes: pulumi up {seconds:6.1f} s (readyResource {ready})")
-            return seconds
-        finally:
-            cluster.stop()
-            stop_dockerd(root / "docker")
+    with tempfile.TemporaryDirectory() as workdir, \
+            engine_stack(Path(workdir), nodes(count), f"bench{count}", check_destroy=True) as engine:
+        started = time.perf_counter()
+        engine.stack.up(on_output=lambda _: None)
+        seconds = time.perf_counter() - started
+        ready = engine.stack.outputs()["readyResource"].value
+    print(f"  {count:4d} nodes: pulumi up {seconds:6.1f} s (readyResource {ready})")
+    return seconds
 
 
 def serial_stages() -> None:
