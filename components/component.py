@@ -11,6 +11,7 @@ import pulumi_kubernetes as k8s
 from . import manifests
 from .k8s import declare, resource_info
 from .model import BuildContext, Extras, NodePort, StepContext, StepResult
+from .names import FRONTS_ANNOTATION
 from .resolve import ResolvedComponent
 from .status import DEPLOYING, RUNNING, is_ready, last_applied, workload_ready
 
@@ -85,6 +86,12 @@ class GcuComponent(pulumi.ComponentResource):
                 # After its workload: a Service is ready once it has endpoints, which need ready pods.
                 port = node_port(service.node_port, args.context.settings)
                 manifest = manifests.service_manifest(resolved, workload, args.context.instance, port)
+                if port is not None:
+                    # The workload's ID is unknown in a preview exactly when the workload is renamed (replaced).
+                    # An unknown input makes pulumi-kubernetes skip the dry-run create of the renamed Service,
+                    # which the API server would refuse: the node port is still the old Service's until the
+                    # delete-before-replace runs.
+                    manifest["metadata"]["annotations"] = {FRONTS_ANNOTATION: resource.id}
                 self._declare(Planned(f"{self.key}-service{suffix}", manifest, base + [resource]))
         for release in extras.releases:
             resource = self._release(release, first)

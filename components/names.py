@@ -7,6 +7,8 @@ GCU_PRESENT_LABEL = "enflame.com/gcu.present"  # every GCU agent's default node 
 NFD_PCI_LABEL = "feature.node.kubernetes.io/pci-1e36.present"  # NFD: an Enflame PCI device (vendor 1e36)
 DEPLOY_LABEL_PREFIX = "enflame.com/gcu.deploy."  # + component key: "false" keeps that agent off a node
 OPERANDS_LABEL = DEPLOY_LABEL_PREFIX + "operands"  # "false" keeps every GCU agent off a node
+# On a NodePort Service: the workload it fronts, as namespace/name (see GcuComponent).
+FRONTS_ANNOTATION = "enflame.com/gcu.fronts"
 GCU_RESOURCE = "enflame.com/gcu"  # what the device plugin advertises and GCU pods request
 GCUSHARE_RESOURCE = "enflame.com/gcu-memory"  # what the GCU-share plugin advertises
 

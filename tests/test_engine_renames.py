@@ -233,6 +233,11 @@ def test_renaming_every_component_goes_through_and_never_runs_an_agent_twice(sta
 
     keys = ["nfd", "driver", "toolkit", "devicePlugin", "exporter", "gfd", "gcushareScheduler", "nightingale", "volcano"]
     second = renamed(first, keys)
+    # The operator's preview of the renames goes through: every rename is a replacement, and no renamed NodePort
+    # Service is dry-run created while the old one still holds its port.
+    set_json_config(stack, "spec", second)
+    preview = stack.preview(on_output=lambda _: None)
+    assert preview.change_summary.get("replace", 0) >= len(keys), preview.change_summary
     started = time.monotonic()
     with PodWatch(cluster.kubeconfig) as watch:
         changes = up(stack, second)

@@ -51,6 +51,8 @@ EXPECTED = {
         # Safe driver upgrades and real kubelets: the agents holding the GCU device leave a node while its
         # driver is replaced (node affinity), and keep their termination log out of the host's /dev.
         "DaemonSet::devicePlugin-daemonset", "DaemonSet::exporter-daemonset", "DaemonSet::gfd-daemonset",
+        # A NodePort Service names the workload it fronts, so a rename previews without the node-port clash.
+        "Service::exporter-service",
     },
     "create": {
         "ServiceAccount::toolkit-serviceaccount", "ClusterRole::toolkit-clusterrole",
