@@ -21,63 +21,14 @@ import pytest
 from pulumi import automation as auto
 
 from components.hoststate import cri_client
-from devtools import fakegcu, imagebuild
+from devtools import standin_node
 from devtools.realnode import RealNode
-from devtools.rootfs import import_base_image, rootfs_tarball
 from engine import changes, destroy, local_servers, node as node_object, outputs, prepare_stack, set_json_config
-from harness import seed_spec
 from realnode_fixtures import apply, shell_pod, wait_pod_phase, wait_until
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 NODE = f"gcu-real-{os.getpid()}"
-REPOSITORY = "gcu-e2e.local/gcu"
-TAG = "e2e"
 HOST_RUNTIME_DIR = Path("/usr/local/enflame")  # the toolkit installs the runtime on the host there
-
-
-def standin_toolkit(path: Path) -> None:
-    """The toolkit package: an enflame runtime that is runc, so pods keep starting once it is the default."""
-    runtime = f"#!/bin/sh\nexec {shutil.which('runc') or '/usr/sbin/runc'} \"$@\"\n".encode()
-    imagebuild._tar_gz(path, {"toolkit/bin/enflame-container-runtime": runtime})
-
-
-def build_images(dockerd, workdir: Path) -> list[str]:
-    """Every image the seed runs, from images/ (NFD's stand-in from a two-line Dockerfile), tagged for the blueprint."""
-    from components.images import ImagesOptions, build_spec, check_images
-
-    base = import_base_image(dockerd, rootfs_tarball(), imagebuild.BASE_IMAGE)
-    packages = workdir / "packages"
-    imagebuild.write_standins(packages, keys=("exporter", "gfd"), padded=False)
-    standin_toolkit(packages / imagebuild.standin_name("toolkit"))
-    fakegcu.write_package(packages / imagebuild.standin_name("devicePlugin"))
-    entry = {"build": True, "baseImage": base, "repository": REPOSITORY, "tag": TAG}
-    keys = ("toolkit", "devicePlugin", "exporter", "gfd")
-    options = ImagesOptions.model_validate({"packageDir": str(packages), "network": "none", **{k: entry for k in keys}})
-    found = check_images(options, None, workdir)
-    refs = []
-    for key in keys:
-        spec = build_spec(key, options, found[key], workdir)
-        imagebuild.docker_build(dockerd, spec)
-        refs.append(spec.image_name)
-    nfd = workdir / "nfd"
-    nfd.mkdir()
-    (nfd / "Dockerfile").write_text(
-        f"FROM {base}\n"
-        "RUN for p in nfd-master nfd-worker; do printf '#!/bin/sh\\nexec sleep infinity\\n' > /usr/local/bin/$p; "
-        "chmod 755 /usr/local/bin/$p; done\n"
-    )
-    nfd_ref = f"{REPOSITORY}/node-feature-discovery:{TAG}"
-    dockerd.docker("build", "-t", nfd_ref, str(nfd), input=None)
-    return [*refs, nfd_ref]
-
-
-def blueprint() -> dict:
-    pinned = {"repository": REPOSITORY, "version": TAG, "imagePullPolicy": "Never"}
-    spec = seed_spec()
-    spec["nfd"] = {**spec["nfd"], **pinned, "master": pinned, "worker": pinned}
-    for key in ("toolkit", "devicePlugin", "exporter", "gfd"):
-        spec[key] = {**spec[key], **pinned}
-    return spec
 
 
 class Env:
@@ -98,26 +49,19 @@ class Env:
 def real(tmp_path_factory):
     root = tmp_path_factory.mktemp("engine-realnode")
     had_runtime_dir = HOST_RUNTIME_DIR.exists()
-    with local_servers(root, [("cpu-node-1", {})],
-                       extra_apiserver_args=["--kubelet-preferred-address-types=InternalIP,Hostname"]) as (cluster, dockerd):
+    with local_servers(root, [("cpu-node-1", {})]) as (cluster, dockerd):
         # The stand-in GCUs play a node with its driver installed (what NFD labels when the module is loaded).
         node = RealNode.for_cluster(cluster, root / "node", NODE, labels={NFD: "true", "enflame.com/gcu.driver.present": "true"}, fake_gcus=4)
         try:
-            refs = build_images(dockerd, root / "build")
+            refs = standin_node.build_images(dockerd, root / "build")
             node.start()
             for ref in refs:
                 node.import_image(dockerd, ref)
             stack, _ = prepare_stack(root, cluster, dockerd, name="realnode")
             stack.remove_config("gcu-stack:blueprint")
             stack.remove_config("gcu-stack:dockerRuntime")
-            set_json_config(stack, "spec", blueprint())
-            # No systemd on the node (and this machine's PID 1 namespaces cannot be entered): containerd runs
-            # under a restart loop; stopping it from the pod (hostPID, its /run/containerd under /host) restarts it.
-            set_json_config(stack, "containerd", {
-                "restartCommand": ["sh", "-c", "kill $(cat /host/run/containerd/containerd.pid)"],
-                "restartIn": "container",
-                "verifySeconds": 60,
-            })
+            set_json_config(stack, "spec", standin_node.blueprint()["spec"])
+            set_json_config(stack, "containerd", standin_node.containerd_settings())
             env = Env(cluster, node, stack, root)
             env.config_before = node.containerd_config.read_bytes()
             yield env
@@ -132,7 +76,7 @@ def real(tmp_path_factory):
 
 def test_1_up_brings_the_seed_up_on_the_real_node_and_gcus_become_allocatable(real):
     # A pod running before the runtime is activated: containerd restarts under it, it does not.
-    apply(real.cluster, shell_pod("before", f"{REPOSITORY}/node-feature-discovery:{TAG}", "sleep 3600", node_name=NODE))
+    apply(real.cluster, shell_pod("before", standin_node.NFD_IMAGE, "sleep 3600", node_name=NODE))
     before = wait_pod_phase(real.cluster, real.node, "default", "before", ("Running",))
     started = before["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
     containerd = real.node.containerd_pid()
@@ -150,7 +94,7 @@ def test_1_up_brings_the_seed_up_on_the_real_node_and_gcus_become_allocatable(re
 
 
 def test_2_a_pod_asking_for_one_gcu_runs_and_sees_its_device_file(real):
-    pod = shell_pod("gcu-job", f"{REPOSITORY}/node-feature-discovery:{TAG}", "ls /dev | grep '^gcu'",
+    pod = shell_pod("gcu-job", standin_node.NFD_IMAGE, "ls /dev | grep '^gcu'",
                     node_name=NODE, limits={"enflame.com/gcu": "1"})
     pod["spec"]["runtimeClassName"] = "enflame"
     apply(real.cluster, pod)

@@ -1,0 +1,121 @@
+"""What a real test node needs to run the seed blueprint's containers without Enflame's packages or a registry.
+
+`build_images` builds every image the seed runs from images/ (the toolkit's runtime is runc under the
+enflame name, so pods keep starting once it is the default; the device plugin is the stand-in plugin of
+devtools/fakegcu; exporter and GFD are stand-in programs; NFD's stand-in comes from a two-line Dockerfile),
+tagged `REPOSITORY/<image>:TAG`. `blueprint` is the seed blueprint pointed at them (imagePullPolicy Never),
+and `containerd_settings` the `gcu-stack:containerd` a devtools.realnode node needs (no systemd there: stopping
+containerd from the pod restarts it under the node's restart loop).
+
+CLI (for scripts/gcu-stack --real-nodes)::
+
+    python -m devtools.standin_node build --docker-state-dir DIR --workdir DIR   # prints the refs, one a line
+    python -m devtools.standin_node blueprint > gr.json
+    python -m devtools.standin_node containerd                                  # the gcu-stack:containerd value
+    python -m devtools.standin_node policy-config                               # the pack's config for the stack
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from devtools import fakegcu, imagebuild
+from devtools.rootfs import import_base_image, rootfs_tarball
+
+REPOSITORY = "gcu-e2e.local/gcu"
+TAG = "e2e"
+KEYS = ("toolkit", "devicePlugin", "exporter", "gfd")
+NFD_IMAGE = f"{REPOSITORY}/node-feature-discovery:{TAG}"
+
+
+def _toolkit_package(path: Path) -> None:
+    runtime = f"#!/bin/sh\nexec {shutil.which('runc') or '/usr/sbin/runc'} \"$@\"\n".encode()
+    imagebuild._tar_gz(path, {"toolkit/bin/enflame-container-runtime": runtime})
+
+
+def build_images(dockerd: Any, workdir: Path) -> list[str]:
+    """Build every image the seed runs into `dockerd`; returns their references."""
+    from components.images import ImagesOptions, build_spec, check_images
+
+    base = import_base_image(dockerd, rootfs_tarball(), imagebuild.BASE_IMAGE)
+    packages = workdir / "packages"
+    imagebuild.write_standins(packages, keys=("exporter", "gfd"), padded=False)
+    _toolkit_package(packages / imagebuild.standin_name("toolkit"))
+    fakegcu.write_package(packages / imagebuild.standin_name("devicePlugin"))
+    entry = {"build": True, "baseImage": base, "repository": REPOSITORY, "tag": TAG}
+    options = ImagesOptions.model_validate({"packageDir": str(packages), "network": "none", **{k: entry for k in KEYS}})
+    found = check_images(options, None, workdir)
+    refs = []
+    for key in KEYS:
+        spec = build_spec(key, options, found[key], workdir)
+        imagebuild.docker_build(dockerd, spec)
+        refs.append(spec.image_name)
+    nfd = workdir / "nfd"
+    nfd.mkdir(parents=True, exist_ok=True)
+    (nfd / "Dockerfile").write_text(
+        f"FROM {base}\n"
+        "RUN for p in nfd-master nfd-worker; do printf '#!/bin/sh\\nexec sleep infinity\\n' > /usr/local/bin/$p; "
+        "chmod 755 /usr/local/bin/$p; done\n"
+    )
+    dockerd.docker("build", "-t", NFD_IMAGE, str(nfd))
+    return [*refs, NFD_IMAGE]
+
+
+def blueprint() -> dict:
+    """The seed blueprint, running the stand-in images."""
+    seed = json.loads((Path(__file__).resolve().parent.parent / "blueprints" / "gcu-resource.json").read_text())
+    pinned = {"repository": REPOSITORY, "version": TAG, "imagePullPolicy": "Never"}
+    spec = seed["spec"]
+    spec["nfd"] = {**spec["nfd"], **pinned, "master": pinned, "worker": pinned}
+    for key in KEYS:
+        spec[key] = {**spec[key], **pinned}
+    return seed
+
+
+def containerd_settings() -> dict:
+    return {
+        "restartCommand": ["sh", "-c", "kill $(cat /host/run/containerd/containerd.pid)"],
+        "restartIn": "container",
+        "verifySeconds": 60,
+    }
+
+
+def policy_config() -> dict:
+    """The policy pack's settings for a stack running the stand-in images: their repository allowed too."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "policies"))
+    from gcu_policies.rules import DEFAULT_REPOSITORIES
+
+    return {"allowed-image-registries": {"allowedRepositories": [*DEFAULT_REPOSITORIES, REPOSITORY]}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devtools.standin_node", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    build = sub.add_parser("build")
+    build.add_argument("--docker-state-dir", required=True, help="the state dir of `python -m devtools.dockerd up`")
+    build.add_argument("--workdir", required=True)
+    sub.add_parser("blueprint")
+    sub.add_parser("containerd")
+    sub.add_parser("policy-config")
+    args = parser.parse_args(argv)
+    if args.cmd == "build":
+        from devtools.dockerd import Dockerd
+
+        refs = build_images(Dockerd.from_state_dir(args.docker_state_dir), Path(args.workdir))
+        print("\n".join(refs))
+    elif args.cmd == "blueprint":
+        print(json.dumps(blueprint(), indent=2))
+    elif args.cmd == "containerd":
+        print(json.dumps(containerd_settings()))
+    else:
+        print(json.dumps(policy_config()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
