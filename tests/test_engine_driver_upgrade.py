@@ -6,6 +6,7 @@ a node whose new driver never gets Ready halts it, the next `up` resumes, destro
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from pulumi import automation as auto
@@ -80,6 +81,7 @@ def test_3_up_rolls_node_by_node_moving_only_gcu_pods(upgrade):
     assert images == {"artifact.enflame.cn/galaxy_docker_hub/gcu/gcu-driver:2.0"}
     upgrade_condition = [c for c in out["conditions"] if c["action"] == "upgrade"]
     assert upgrade_condition and upgrade_condition[0]["progress"] == 100
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", upgrade_condition[0]["lastUpdateTime"]), upgrade_condition
 
 
 def test_4_a_failed_node_halts_the_rollout_and_the_next_up_resumes(upgrade):

@@ -86,7 +86,7 @@ class DriverUpgradeInputs:
 
 
 INPUTS = tuple(DriverUpgradeInputs.__dataclass_fields__)
-OUTPUTS = ("revision", "states", "skipped", "upgraded", "failed", "mostUnavailable", "message")
+OUTPUTS = ("revision", "states", "skipped", "upgraded", "failed", "mostUnavailable", "message", "finishedAt")
 
 
 # ---------------------------------------------------------------------------- the plan (pure)
@@ -577,6 +577,7 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
         "upgraded": upgraded,
         "failed": failed,
         "mostUnavailable": the_plan.most_unavailable,
+        "finishedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "message": (
             f"driver upgraded on {len(upgraded)} node(s)" if the_plan.waves else "every GCU node runs the current driver"
         ) + (f"; skipped: {', '.join(sorted(the_plan.skipped))}" if the_plan.skipped else ""),
@@ -668,7 +669,8 @@ class DriverUpgradeProvider(ResourceProvider):
 
 
 class DriverUpgrade(Bundled, module="gcu", name="DriverUpgrade"):
-    """Outputs (attributes): revision, states (per node), skipped, upgraded, failed, mostUnavailable, message."""
+    """Outputs (attributes): revision, states (per node), skipped, upgraded, failed, mostUnavailable, message,
+    finishedAt (when the last rollout ended, UTC)."""
 
     PROVIDER = DriverUpgradeProvider
     OUTPUTS = OUTPUTS

@@ -136,7 +136,7 @@ def _live_revision(apps, daemonset: dict) -> str:
 
 def _condition(values: list) -> Optional[dict]:
     """GcuResource's `upgrade` condition, when the last rollout upgraded (or failed on) a node."""
-    upgraded, failed, nodes, message = values[0] or [], values[1] or {}, values[2] or {}, values[3] or ""
+    upgraded, failed, nodes, message, finished_at = values[0] or [], values[1] or {}, values[2] or {}, values[3] or "", values[4]
     if not upgraded and not failed:
         return None
     total = len([n for n, state in nodes.items() if state != "skipped"]) or 1
@@ -147,7 +147,7 @@ def _condition(values: list) -> Optional[dict]:
         "reason": "nodeFailed" if failed else "success",
         "message": "; ".join(f"{n}: {why}" for n, why in sorted(failed.items())) if failed else message,
         "progress": min(100, finished * 100 // total),
-        "lastUpdateTime": None,
+        "lastUpdateTime": finished_at,
     }
 
 
@@ -185,7 +185,7 @@ def declare(context: StepContext) -> StepResult:
         pulumi.ResourceOptions(parent=driver, depends_on=context.after, provider=context.host_provider),
     )
     done = resource.failed.apply(lambda failed: not failed)
-    condition = pulumi.Output.all(resource.upgraded, resource.failed, resource.states, resource.message).apply(_condition)
+    condition = pulumi.Output.all(resource.upgraded, resource.failed, resource.states, resource.message, resource.finishedAt).apply(_condition)
     return StepResult(
         condition=condition,
         resource=resource,
