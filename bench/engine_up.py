@@ -18,15 +18,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from components import links  # noqa: E402
 from components.chain import stages  # noqa: E402
 from components.settings import load_settings  # noqa: E402
-from engine import engine_stack  # noqa: E402
+from engine import GCU_NODE_LABELS, GCUS, engine_stack  # noqa: E402
 
-NFD = "feature.node.kubernetes.io/pci-1e36.present"
-DRIVER = "enflame.com/gcu.driver.present"
 
 
 def nodes(count: int) -> list:
     gcu = max(1, count * 2 // 3)
-    return [(f"gcu-node-{i}", {NFD: "true", DRIVER: "true"}) for i in range(gcu)] + [
+    return [(f"gcu-node-{i}", GCU_NODE_LABELS, GCUS) for i in range(gcu)] + [
         (f"cpu-node-{i}", {}) for i in range(count - gcu)
     ]
 

@@ -23,6 +23,10 @@ from realservers import PROJECT_DIR, start_dockerd, stop_dockerd
 
 PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "blueprints", "policies")
 TOOLCHAIN = PROJECT_DIR / "scripts" / "toolchain" / "pulumi.sh"
+# What a simulated GCU node carries: NFD's Enflame PCI label and the driver's, and (third element of a node
+# spec) the GCUs a running device plugin would advertise, which post-deploy validation waits for.
+GCU_NODE_LABELS = {"feature.node.kubernetes.io/pci-1e36.present": "true", "enflame.com/gcu.driver.present": "true"}
+GCUS = {"capacity": {"enflame.com/gcu": "4"}}
 
 
 def pulumi_env(home: Path, backend: Path) -> dict[str, str]:

@@ -20,16 +20,14 @@ from pulumi import automation as auto
 
 from components.hoststate import cri_client
 from devtools.containerd import Containerd, start_time
-from engine import changes, engine_stack, outputs, set_json_config
+from engine import GCU_NODE_LABELS, GCUS, changes, engine_stack, outputs, set_json_config
 from realservers import PROJECT_DIR, PYTHON, reload_count
 
-NFD = "feature.node.kubernetes.io/pci-1e36.present"
-DRIVER = "enflame.com/gcu.driver.present"
-GCU = {NFD: "true", DRIVER: "true"}
+GCU = GCU_NODE_LABELS
 NODES = [
-    ("gcu-docker-1", GCU),
-    ("gcu-containerd-1", GCU, {"runtime": "containerd://1.6.20"}),
-    ("gcu-crio-1", GCU, {"runtime": "cri-o://1.28.1"}),
+    ("gcu-docker-1", GCU, GCUS),
+    ("gcu-containerd-1", GCU, {"runtime": "containerd://1.6.20", **GCUS}),
+    ("gcu-crio-1", GCU, {"runtime": "cri-o://1.28.1", **GCUS}),
     ("cpu-node-1", {}),
 ]
 DOCKER_ORIGINAL = b'{\n  "log-level": "warn"\n}\n'
