@@ -13,6 +13,7 @@ import pytest
 import harness
 from components import objects
 from components.manifests import label_value, replaced_delete_first
+from components.names import FRONTS_ANNOTATION
 from components.settings import load_settings
 from harness import PASSWORD, full_spec, run_program, seed_spec
 from k8s_schema import normalise, validate_all
@@ -52,6 +53,13 @@ def settle() -> None:
 
 def comparable(manifest: dict) -> dict:
     manifest = normalise(manifest)
+    annotations = manifest["metadata"].get("annotations", {})
+    if FRONTS_ANNOTATION in annotations:
+        # The fronted workload's deployed ID: the program knows it, the plan (made before anything exists) cannot.
+        assert manifest["kind"] == "Service" and manifest["spec"]["type"] == "NodePort", manifest
+        rest = {k: v for k, v in annotations.items() if k != FRONTS_ANNOTATION}
+        metadata = {k: v for k, v in manifest["metadata"].items() if k != "annotations"}
+        manifest = {**manifest, "metadata": {**metadata, **({"annotations": rest} if rest else {})}}
     if manifest["kind"] == "Secret":  # the password is a Pulumi secret Output in the plan
         manifest = {**manifest, "stringData": sorted(manifest["stringData"])}
     return manifest
