@@ -1,6 +1,8 @@
-"""Test setup: the project and tests/ on sys.path, and the program runs most tests share."""
+"""Test setup: the project and tests/ on sys.path, the program runs most tests share, the real-node lock."""
 
+import fcntl
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,19 @@ for path in (ROOT, ROOT / "tests"):
         sys.path.insert(0, str(path))
 
 from harness import SEED_BLUEPRINT, run_full, run_program  # noqa: E402
+
+@pytest.fixture(scope="module")
+def real_node_machine():
+    """Held by a test module while it has real nodes: they take machine-wide things (/run/netns, the host's
+    /usr/local/enflame through the toolkit pod) and their tests compare the machine before and after, so
+    with parallel workers (scripts/test.sh) one module at a time has them."""
+    lock_path = Path(tempfile.gettempdir()) / "gcu-stack-real-nodes.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

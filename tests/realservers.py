@@ -70,22 +70,44 @@ def stop_dockerd(state_dir: Path) -> None:
 
 
 class AuditLog:
-    """Requests to one resource in a LocalCluster's audit log (write verbs, one event each) since a mark."""
+    """Requests to one resource in a LocalCluster's audit log (write verbs, one event each) since a mark.
+
+    The API server logs a request's last stage after it has answered, so under load a request made
+    before mark() can land after it and one just answered may not be there yet: mark() and events()
+    first wait for the log to stop growing, and events() keeps only requests received after the mark."""
 
     WRITES = ("create", "update", "patch", "delete")
 
     def __init__(self, cluster):
         self.cluster = cluster
         self.offset = 0
+        self.since = ""
+
+    def _settle(self, quiet: float = 0.2, timeout: float = 5.0) -> int:
+        import time
+
+        size, deadline = self.cluster.audit_offset(), time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(quiet)
+            now = self.cluster.audit_offset()
+            if now == size:
+                break
+            size = now
+        return size
 
     def mark(self) -> None:
-        self.offset = self.cluster.audit_offset()
+        from datetime import datetime, timezone
+
+        self.offset = self._settle()
+        # RFC 3339 with microseconds, as the audit log writes it: later requests compare greater.
+        self.since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
     def events(self, resource: str = "nodes", user: str = None) -> list[dict]:
         """`user`: only that user's requests (e.g. "admin", the kubeconfig gcu-stack uses); None: everyone's."""
+        self._settle()
         return [
             e for e in self.cluster.audit_events(since=self.offset, user=user)
-            if (e.get("objectRef") or {}).get("resource") == resource
+            if (e.get("objectRef") or {}).get("resource") == resource and e.get("requestReceivedTimestamp", "") >= self.since
         ]
 
     def writes(self, resource: str = "nodes", user: str = None) -> int:

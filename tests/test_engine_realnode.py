@@ -46,7 +46,7 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
+def real(real_node_machine, tmp_path_factory):
     root = tmp_path_factory.mktemp("engine-realnode")
     had_runtime_dir = HOST_RUNTIME_DIR.exists()
     with local_servers(root, [("cpu-node-1", {})]) as (cluster, dockerd):

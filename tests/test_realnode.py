@@ -63,7 +63,7 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def machine_before():
+def machine_before(real_node_machine):
     """What the machine looks like before any real node."""
     etc = Path("/etc/containerd/config.toml")
     return {"links": _machine_links(), "run-netns-mount": " /run/netns " in Path("/proc/self/mountinfo").read_text(),
@@ -324,8 +324,13 @@ def test_containerd_stopped_from_a_pod_comes_back_and_running_pods_keep_running(
     task = _task_pid(node, survivor["status"]["containerStatuses"][0]["containerID"])
     old = node.containerd_pid()
     # what a toolkit pod activating a runtime does: it stops the node's containerd (hostPID, the pid file)
-    restarter = shell_pod("restarter", image, "kill $(cat /host/run/containerd/containerd.pid) && echo sent",
-                          node_name=NODE)
+    # It exits only once the new containerd runs, as the toolkit does: a container that exits while containerd
+    # is down has its exit status lost (255, "Unknown") when that containerd comes back.
+    restarter = shell_pod("restarter", image, textwrap.dedent("""\
+        pid_file=/host/run/containerd/containerd.pid; old=$(cat $pid_file)
+        kill "$old" && echo sent
+        until new=$(cat $pid_file 2>/dev/null) && [ -n "$new" ] && [ "$new" != "$old" ] && [ -d /proc/$new ]; do sleep 0.2; done
+        sleep 2"""), node_name=NODE)
     restarter["spec"].update(hostPID=True, volumes=[{"name": "run", "hostPath": {"path": "/run/containerd"}}])
     restarter["spec"]["containers"][0].update(securityContext={"privileged": True},
                                               volumeMounts=[{"name": "run", "mountPath": "/host/run/containerd"}])
