@@ -53,17 +53,9 @@ KWOK_GO_MIN=1.26.0          # sigs.k8s.io/kwok v0.8.0's go line
 KUBE_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 APT_PACKAGES=(docker.io runc containerd containernetworking-plugins busybox-static openssl jq iproute2 procps)
 
-log() { echo "[kube.sh] $*" >&2; }
-warn() { echo "[kube.sh] WARNING: $*" >&2; }
-die() { echo "[kube.sh] ERROR: $*" >&2; exit 1; }
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-TIMINGS=()
-timing() {
-  TIMINGS+=("$(printf '%-12s %8ss  %s' "$1" "$2" "$3")")
-  log "$1: $3 in $2s"
-  if [ -n "${GCU_TIMINGS_FILE:-}" ]; then printf 'kube.sh/%s\t%s\t%s\n' "$1" "$2" "$3" >> "$GCU_TIMINGS_FILE"; fi
-}
+REPORT_TAG=kube.sh REPORT_WIDTH=12
+# shellcheck source=report.sh
+. "$(dirname "$SELF")/report.sh"
 
 required_version() {   # required_version GO.MOD MODULE -> the version in `require MODULE vX`
   sed -n "s#^[[:space:]]*\(require[[:space:]]\{1,\}\)\{0,1\}$2[[:space:]]\{1,\}v\([^[:space:]]*\).*#\2#p" "$1" | head -n1
@@ -338,7 +330,7 @@ case "$cmd" in
     etcd_step
     kwok_step
     timing total "$(elapsed "$T_ALL")" "local Kubernetes toolchain ready"
-    { echo "[kube.sh] timings:"; printf '[kube.sh]   %s\n' "${TIMINGS[@]}"; } >&2
+    print_timings
     ;;
   status) status ;;
   regen-go-mod) shift; regen_go_mod "$@" ;;

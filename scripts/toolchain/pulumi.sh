@@ -84,16 +84,9 @@ GO_MIN_VERSION=1.25.11
 . "$(dirname "$SELF")/go.sh"
 
 # ------------------------------------------------------------------------------------------------ helpers
-log() { echo "[pulumi.sh] $*" >&2; }
-warn() { echo "[pulumi.sh] WARNING: $*" >&2; }
-die() { echo "[pulumi.sh] ERROR: $*" >&2; exit 1; }
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-TIMINGS=()
-timing() {
-  TIMINGS+=("$(printf '%-34s %8ss  %s' "$1" "$2" "$3")"); log "$1: $3 in $2s"
-  if [ -n "${GCU_TIMINGS_FILE:-}" ]; then printf 'pulumi.sh/%s\t%s\t%s\n' "$1" "$2" "$3" >> "$GCU_TIMINGS_FILE"; fi
-}
+REPORT_TAG=pulumi.sh REPORT_WIDTH=34
+# shellcheck source=report.sh
+. "$(dirname "$SELF")/report.sh"
 
 # req_version NAME -> the version pinned as NAME==X in requirements.txt (PEP 503 name normalisation).
 req_version() {
@@ -931,7 +924,7 @@ case "$cmd" in
     fi
 
     timing "total" "$(elapsed "$T_ALL")" ""
-    { echo "[pulumi.sh] timings:"; printf '[pulumi.sh]   %s\n' "${TIMINGS[@]}"; } >&2
+    print_timings
     print_env "$BIN_DIR" "$home"
     ;;
   -h|--help|help)
