@@ -400,16 +400,17 @@ class NodeUpgrade:
                 meta = pod["metadata"]
                 if meta.get("deletionTimestamp"):
                     continue
+                key = f"{meta['namespace']}/{meta['name']}"
                 body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
                 try:
                     self.cluster.api.create_namespaced_pod_eviction(meta["name"], meta["namespace"], body, _preload_content=False)
-                    blocked.pop(meta["name"], None)
+                    blocked.pop(key, None)  # evicted after all: what is left of it is terminating
                 except ApiException as error:
                     if error.status == 404:
                         continue
                     if error.status != 429:  # 429: a PodDisruptionBudget does not allow it yet
                         raise
-                    blocked[f"{meta['namespace']}/{meta['name']}"] = "a PodDisruptionBudget does not allow it yet"
+                    blocked[key] = "a PodDisruptionBudget does not allow it yet"
             if self.cluster.clock() > deadline:
                 break
             self.cluster.sleep(POLL)
