@@ -808,6 +808,9 @@ class RealNode(StartStop):
         self.state["mnt_ino"] = _proc_ns(holder, "mnt")
         ns = [tc["nsenter"], "-t", str(holder), "-m", "--"]
         self.run_containerd_dir.mkdir(parents=True, exist_ok=True)
+        # Recorded now: a start that fails after this still removes a short directory under /tmp.
+        self.state["short_dir"] = str(self.run_containerd_dir) \
+            if not str(self.run_containerd_dir).startswith(str(self.workdir)) else None
         self.containerd_conf_d.mkdir(parents=True, exist_ok=True)
         script = [
             # other nodes' network namespaces must not be held by this mount namespace
@@ -851,11 +854,8 @@ class RealNode(StartStop):
     # -- containerd
     def _write_containerd_config(self) -> None:
         d = self.containerd_dir
-        for sub in ("root", "state", "opt", "conf.d"):
+        for sub in ("root", "state", "opt"):  # (conf.d and the run directory: made with the mount namespace)
             (d / sub).mkdir(parents=True, exist_ok=True)
-        self.run_containerd_dir.mkdir(parents=True, exist_ok=True)
-        self.state["short_dir"] = str(self.run_containerd_dir) \
-            if not str(self.run_containerd_dir).startswith(str(self.workdir)) else None
         cni = self.workdir / "cni" / "net.d"
         cni.mkdir(parents=True, exist_ok=True)
         (cni / "10-gcu-realnode.conflist").write_text(json.dumps({
@@ -1472,6 +1472,7 @@ def sweep_stale(min_age: float = 60.0, log=print, only: Optional[Iterable[str]] 
     """Remove every real node of this machine that nobody runs any more: a gcurn-* network namespace
     older than `min_age` seconds with no kubelet in it and no agent for it (its test run and its
     agent were both killed). `only`: just these node names. Returns the names of the nodes removed."""
+    only = None if only is None else set(only)  # read once: it may be a generator
     removed = []
     try:
         names = [n for n in os.listdir("/run/netns") if n.startswith(NETNS_PREFIX)]
@@ -1480,7 +1481,7 @@ def sweep_stale(min_age: float = 60.0, log=print, only: Optional[Iterable[str]] 
     served = _agents_netns()
     for ns in names:
         name = ns[len(NETNS_PREFIX):]
-        if only is not None and name not in set(only):
+        if only is not None and name not in only:
             continue
         try:
             age = time.time() - os.stat(f"/run/netns/{ns}").st_mtime
