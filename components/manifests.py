@@ -11,9 +11,8 @@ import json
 from typing import Any, Optional
 
 from .model import ContainerDef, PodAdditions, RbacDef
-from .names import DEPLOY_LABEL_PREFIX, OPERANDS_LABEL, PAUSED_FOR_DRIVER_UPGRADE
+from .names import DEPLOY_LABEL_PREFIX, OPERANDS_LABEL, PAUSED_FOR_DRIVER_UPGRADE, label_value  # noqa: F401 (tests use it from here)
 from .resolve import ResolvedComponent, ResolvedContainer, ResolvedWorkload
-from .spec import LABEL_VALUE
 
 PART_OF = "gcu-stack"
 # Where a container that mounts the host's /dev keeps its termination message (the default is in /dev).
@@ -29,25 +28,6 @@ TOLERATIONS = (
 )
 # Non-root user for containers that run under Pod Security "restricted".
 RESTRICTED_UID = 1000
-
-
-LABEL_VALUE_MAX = 63
-LABEL_HASH_LENGTH = 10
-
-
-def label_value(value: str) -> str:
-    """`value` as a label value: itself when it is one (at most 63 characters), else derived.
-
-    Object names may be up to 253 characters and contain dots, label values at most 63: a
-    longer name becomes its first characters, '-' and 10 hex digits of its SHA-256, so two
-    names never share a value. Every name that fits is used as it is.
-    """
-    if len(value) <= LABEL_VALUE_MAX and LABEL_VALUE.match(value):
-        return value
-    digest = hashlib.sha256(value.encode()).hexdigest()[:LABEL_HASH_LENGTH]
-    head = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "-" for c in value)
-    head = head[: LABEL_VALUE_MAX - LABEL_HASH_LENGTH - 1].strip("-_.")
-    return f"{head}-{digest}" if head else digest
 
 
 def labels(component: ResolvedComponent, instance: str, name: Optional[str] = None) -> dict[str, str]:

@@ -1,7 +1,11 @@
 """Names shared by the components, the node code and the policy pack's second opinion.
 
-Labels, extended resources and image defaults that several modules must agree on.
+Labels, extended resources and image defaults that several modules must agree on, and how a
+name becomes a label value (the node code labels its validation Jobs like the program's objects).
 """
+
+import hashlib
+import re
 
 GCU_PRESENT_LABEL = "enflame.com/gcu.present"  # every GCU agent's default node selector
 NFD_PCI_LABEL = "feature.node.kubernetes.io/pci-1e36.present"  # NFD: an Enflame PCI device (vendor 1e36)
@@ -18,3 +22,26 @@ DEFAULT_PULL_POLICY = "IfNotPresent"
 KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 # A node agent's deploy label while the driver under it is replaced (its DaemonSet's node affinity excludes it).
 PAUSED_FOR_DRIVER_UPGRADE = "paused-for-driver-upgrade"
+
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+LABEL_VALUE_MAX = 63
+LABEL_HASH_LENGTH = 10
+
+
+def is_label_value(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= LABEL_VALUE_MAX and bool(LABEL_VALUE.match(value))
+
+
+def label_value(value: str) -> str:
+    """`value` as a label value: itself when it is one (at most 63 characters), else derived.
+
+    Object names may be up to 253 characters and contain dots, label values at most 63: a
+    longer name becomes its first characters, '-' and 10 hex digits of its SHA-256, so two
+    names never share a value. Every name that fits is used as it is.
+    """
+    if is_label_value(value):
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:LABEL_HASH_LENGTH]
+    head = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "-" for c in value)
+    head = head[: LABEL_VALUE_MAX - LABEL_HASH_LENGTH - 1].strip("-_.")
+    return f"{head}-{digest}" if head else digest

@@ -28,18 +28,18 @@ from typing import Any, Iterator, Optional
 from . import manifests
 from .component import node_port
 from .model import BuildContext, Extras
+from .names import is_label_value
 from .resolve import ResolvedComponent, ResolvedWorkload
 from .settings import NAMESPACE, StackSettings
 from .spec import (
     DNS1035_LABEL,
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
-    LABEL_NAME,
-    LABEL_VALUE,
     is_digest,
+    is_label_key,
     reference_problem,
 )
-from .stack import SYSTEM_NAMESPACES, POD_SECURITY_ORDER, pod_security_level, scrape_targets
+from .stack import namespace_levels, scrape_targets
 
 SUBDOMAIN = (
     DNS1123_SUBDOMAIN, 253,
@@ -175,14 +175,11 @@ def _component_objects(component: ResolvedComponent, context: BuildContext, extr
 
 
 def _namespaces(deployed: list[ResolvedComponent], instance: str) -> list[Planned]:
-    levels: dict[str, str] = {}
     sources: dict[str, list[str]] = {}
     for component in deployed:
-        if component.namespace not in SYSTEM_NAMESPACES:
-            level = pod_security_level(component)
-            levels[component.namespace] = max(levels.get(component.namespace, "restricted"), level, key=POD_SECURITY_ORDER.index)
-            sources.setdefault(component.namespace, []).append(component.namespace_from)
-    return [Planned(manifests.namespace(name, level, instance), " and ".join(sources[name])) for name, level in sorted(levels.items())]
+        sources.setdefault(component.namespace, []).append(component.namespace_from)
+    return [Planned(manifests.namespace(name, level, instance), " and ".join(sources[name]))
+            for name, level in namespace_levels(deployed).items()]
 
 
 def plan(settings: StackSettings) -> Plan:
@@ -233,10 +230,9 @@ def _name_problems(obj: Planned) -> list[str]:
 def _label_problems(obj: Planned, labels: Optional[dict], where: str) -> list[str]:
     problems = []
     for key, value in (labels or {}).items():
-        prefix, _, name = key.rpartition("/")
-        if (prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix))) or len(name) > 63 or not LABEL_NAME.match(name):
+        if not is_label_key(key):
             problems.append(f"{obj.name_from}: {obj.describe()} would carry the label key {key!r} in {where}, which is not a valid label key")
-        if not isinstance(value, str) or len(value) > 63 or not LABEL_VALUE.match(value):
+        if not is_label_value(value):
             problems.append(
                 f"{obj.name_from}: {obj.describe()} would carry {key}={value!r} in {where}; a label value is at most 63 "
                 "letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
@@ -412,7 +408,7 @@ def problems(settings: StackSettings, built: Optional[Plan] = None) -> list[str]
         add(_label_problems(obj, (pod.get("metadata") or {}).get("labels"), "its pods' labels"))
         add(_env_problems(obj, pod_spec, clashes))
         for key, value in _affinity_values(pod_spec):
-            if len(value) > 63 or not LABEL_VALUE.match(value):
+            if not is_label_value(value):
                 add([
                     f"{_origin(value, sources)}: {show(value)!r} is matched against the node label {key} of {obj.describe()}, "
                     "and label values are at most 63 letters, digits, '-', '_' or '.': use the node's label value"

@@ -19,11 +19,12 @@ from pydantic import (
     field_validator,
 )
 
+from .names import is_label_value
+
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
@@ -40,11 +41,6 @@ DIGEST_LENGTHS = {"sha256": 64, "sha384": 96, "sha512": 128}
 DIGEST = re.compile(r"^(sha256|sha384|sha512):([a-f0-9]+)$")
 # The longest image name (repository and path, without tag or digest) the runtimes accept.
 IMAGE_NAME_MAX = 255
-# Kept for image builds (components/images.py): a repository, and an image name without tag or digest.
-REPOSITORY = re.compile(
-    rf"^(?:{_HOST_COMPONENT}(?:\.{_HOST_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?(?:/{PATH_COMPONENT})*$"
-)
-IMAGE_NAME = IMAGE_PATH
 
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
@@ -191,10 +187,18 @@ def _label_key(key: str) -> None:
         raise ValueError(f"label key {key!r}: name must be 1-63 alphanumerics, '-', '_' or '.'")
 
 
+def is_label_key(key: str) -> bool:
+    try:
+        _label_key(key)
+    except ValueError:
+        return False
+    return True
+
+
 def _node_selector(value: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
     for key, label_value in (value or {}).items():
         _label_key(key)
-        if len(label_value) > 63 or not LABEL_VALUE.match(label_value):
+        if not is_label_value(label_value):
             raise ValueError(f"label value {label_value!r} for {key!r} is not a valid label value")
     return value
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Optional
 
 import pulumi
 
@@ -32,6 +32,17 @@ def pod_security_level(component: ResolvedComponent) -> str:
         c.definition.privileged or c.definition.mounts for c in component.containers
     )
     return "privileged" if host_access else component.definition.pod_security or "restricted"
+
+
+def namespace_levels(deployed: Iterable[ResolvedComponent]) -> dict[str, str]:
+    """The namespaces gcu-stack creates (not the cluster's own), sorted, each with the Pod Security level
+    its most demanding component needs."""
+    levels: dict[str, str] = {}
+    for component in deployed:
+        if component.namespace not in SYSTEM_NAMESPACES:
+            current = levels.get(component.namespace, "restricted")
+            levels[component.namespace] = max(current, pod_security_level(component), key=POD_SECURITY_ORDER.index)
+    return dict(sorted(levels.items()))
 
 
 def cluster_access(settings: StackSettings) -> ClusterAccess:
@@ -152,13 +163,7 @@ class GcuStack(pulumi.ComponentResource):
         return found
 
     def _declare_namespaces(self, instance: str) -> dict[str, pulumi.Resource]:
-        levels: dict[str, str] = {}
-        for component in self.deployed.values():
-            if component.namespace not in SYSTEM_NAMESPACES:
-                level = pod_security_level(component)
-                current = levels.get(component.namespace, "restricted")
-                levels[component.namespace] = max(current, level, key=POD_SECURITY_ORDER.index)
         return {
             name: declare(f"namespace-{name}", manifests.namespace(name, level, instance), pulumi.ResourceOptions(parent=self))
-            for name, level in sorted(levels.items())
+            for name, level in namespace_levels(self.deployed.values()).items()
         }

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 
 from ..hoststate import HERE as NODE_CODE, NODE_FILES, runtime_host
-from ..hoststate.transports import HOST_ROOT, ContainerdBackend, DockerBackend, in_pod
+from ..hoststate.transports import BACKENDS
 from ..manifests import labels, metadata
 from ..model import BuildContext, ComponentDef, ContainerDef, Extras, HostMount, ImageDef, PodAdditions, RbacDef, Resources
 from ..resolve import ResolvedComponent
@@ -20,48 +20,48 @@ from .common import GCU_LOGS, TOPSCLOUD_HINT, one
 RUNTIME_CLASS = runtime_host.RUNTIME_NAME  # pods may ask for it by name: runtimeClassName: enflame
 
 
+def _backends(settings: RuntimeSettings) -> list:
+    """The runtimes this stack may meet on its nodes, each with its options."""
+    options = {"docker": settings.docker_runtime, "containerd": settings.containerd}
+    return [BACKENDS[runtime](options[runtime].model_dump(by_alias=True)) for runtime in settings.runtimes()]
+
+
 def _environment(settings: RuntimeSettings) -> dict[str, str]:
-    """What the image's entrypoint (node_runtime.py) reads, for each runtime this stack may meet."""
-    inside = runtime_host.in_container
+    """What the image's entrypoint (node_runtime.py) reads, for each runtime this stack may meet: each
+    backend's settings as a pod on the node sees them (paths under /host, restarts through the host's init)."""
     env = {"CONTAINER_RUNTIME": settings.container_runtime}
-    if "docker" in settings.runtimes():
-        docker = settings.docker_runtime
-        env.update(
-            {
-                "RUNTIME_ACTIVATION": docker.mode,
-                "ENFLAME_RUNTIME_PATH": docker.runtime_path,
-                "DAEMON_JSON": inside(docker.daemon_json),
-                "DOCKER_HOST": "unix://" + inside(docker.docker_host[len("unix://"):]),
-                "DOCKER_PID_FILE": inside(docker.pid_file),
-                # hostPID: the host's init restarts docker, not this container.
-                "DOCKER_RESTART_COMMAND": shlex.join(in_pod(docker.model_dump(by_alias=True))),
-            }
-        )
-    if "containerd" in settings.runtimes():
-        containerd = settings.containerd
-        env.update(
-            {
-                "CONTAINERD_ACTIVATION": containerd.mode,
-                "CONTAINERD_CONFIG": containerd.config_toml,
-                "CONTAINERD_DROPIN": containerd.dropin,
-                "CONTAINERD_ADDRESS": containerd.address,
-                "CONTAINERD_RESTART_COMMAND": shlex.join(in_pod(containerd.model_dump(by_alias=True))),
-                "CONTAINERD_SET_DEFAULT": "true" if containerd.set_default_runtime else "false",
-                "HOST_ROOT": HOST_ROOT,
-            }
-        )
-        env.setdefault("ENFLAME_RUNTIME_PATH", containerd.runtime_path)
+    for backend in _backends(settings):
+        o, s = backend.options, backend.settings("", inside=True)
+        if backend.runtime == "docker":
+            env.update(
+                {
+                    "RUNTIME_ACTIVATION": o["mode"],
+                    "ENFLAME_RUNTIME_PATH": o["runtimePath"],
+                    "DAEMON_JSON": s.daemon_json,
+                    "DOCKER_HOST": s.docker_host,
+                    "DOCKER_PID_FILE": s.pid_file,
+                    "DOCKER_RESTART_COMMAND": shlex.join(s.restart_command),
+                }
+            )
+        else:
+            env.update(
+                {
+                    "CONTAINERD_ACTIVATION": o["mode"],
+                    "CONTAINERD_CONFIG": s.config_toml,
+                    "CONTAINERD_DROPIN": s.dropin,
+                    "CONTAINERD_ADDRESS": s.address,
+                    "CONTAINERD_RESTART_COMMAND": shlex.join(s.restart_command),
+                    "CONTAINERD_SET_DEFAULT": "true" if s.set_default else "false",
+                    "HOST_ROOT": s.host_root,
+                }
+            )
+            env.setdefault("ENFLAME_RUNTIME_PATH", o["runtimePath"])
     return env
 
 
 def _directories(settings: RuntimeSettings) -> list[str]:
     """The host directories of the runtimes' files this stack may change: mounted under /host, nothing more."""
-    found: set[str] = set()
-    if "docker" in settings.runtimes():
-        found |= set(DockerBackend(settings.docker_runtime.model_dump(by_alias=True)).directories())
-    if "containerd" in settings.runtimes():
-        found |= set(ContainerdBackend(settings.containerd.model_dump(by_alias=True)).directories())
-    return sorted(found)
+    return sorted({directory for backend in _backends(settings) for directory in backend.directories()})
 
 
 def runtime_class(component: ResolvedComponent, instance: str) -> dict:

@@ -14,6 +14,16 @@ def as_props(inputs: Any) -> dict:
     return {f.name: getattr(inputs, f.name) for f in fields(inputs)}
 
 
+def inputs_of(props: dict, keys: tuple[str, ...]) -> dict:
+    """The resource's own inputs among `props` (outputs repeat them)."""
+    return {k: props.get(k) for k in keys}
+
+
+def changed_inputs(olds: dict, news: dict, keys: tuple[str, ...]) -> list[str]:
+    # Only our own inputs: the serialized provider (__provider) changes with the code, not the node.
+    return [k for k in keys if olds.get(k) != news.get(k)]
+
+
 class Bundled(pulumi.dynamic.Resource):
     """A bundled dynamic resource: its inputs dataclass as properties, its outputs unknown until the provider reports.
 

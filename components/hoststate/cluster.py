@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Optional
+from typing import Any, Optional
 
 import yaml
 
@@ -25,3 +26,14 @@ def core_api(kubeconfig: Optional[str], context: Optional[str], pool_size: int =
         config.load_incluster_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = pool_size
     return client.CoreV1Api(client.ApiClient(configuration))
+
+
+def list_nodes(api: Any, page_size: int = 500) -> list[dict]:
+    """Every node, as plain dicts, read in pages of `page_size` (a large cluster's list is not one response)."""
+    nodes, token = [], None
+    while True:
+        page = json.loads(api.list_node(limit=page_size, _continue=token, _preload_content=False).data)
+        nodes.extend(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return nodes

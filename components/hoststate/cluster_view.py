@@ -7,11 +7,10 @@ Reading is allowed to fail (a CI runner without credentials); callers say so and
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .cluster import core_api
+from .cluster import core_api, list_nodes
 from .node_labels import Selection
 
 
@@ -22,29 +21,22 @@ class NodeView:
     annotations: dict = field(default_factory=dict)
     runtime_version: str = ""
     unschedulable: bool = False
-    allocatable: dict = field(default_factory=dict)
 
 
 def gcu_nodes(kubeconfig: Any, context: Optional[str], selection: Selection, page_size: int = 500) -> list[NodeView]:
     """The nodes `selection` makes GCU nodes, as the API server has them now."""
-    api = core_api(kubeconfig, context)
-    found, token = [], None
-    while True:
-        page = json.loads(api.list_node(limit=page_size, _continue=token, _preload_content=False).data)
-        for node in page.get("items") or []:
-            meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
-            labels = meta.get("labels") or {}
-            if selection.matches(meta["name"], labels):
-                found.append(
-                    NodeView(
-                        name=meta["name"],
-                        labels=labels,
-                        annotations=meta.get("annotations") or {},
-                        runtime_version=(status.get("nodeInfo") or {}).get("containerRuntimeVersion") or "",
-                        unschedulable=bool(spec.get("unschedulable")),
-                        allocatable=status.get("allocatable") or {},
-                    )
+    found = []
+    for node in list_nodes(core_api(kubeconfig, context), page_size):
+        meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+        labels = meta.get("labels") or {}
+        if selection.matches(meta["name"], labels):
+            found.append(
+                NodeView(
+                    name=meta["name"],
+                    labels=labels,
+                    annotations=meta.get("annotations") or {},
+                    runtime_version=(status.get("nodeInfo") or {}).get("containerRuntimeVersion") or "",
+                    unschedulable=bool(spec.get("unschedulable")),
                 )
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return sorted(found, key=lambda n: n.name)
+            )
+    return sorted(found, key=lambda n: n.name)

@@ -19,7 +19,7 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvide
 
 from .cluster import core_api
 from .node_runtime import SUPPORTED, runtime_of
-from .bundled import Bundled
+from .bundled import Bundled, changed_inputs, inputs_of
 from .transports import transport_for
 
 # Where a runtime's files live: a change of these moves the state, so the old place is restored first.
@@ -52,6 +52,8 @@ def normalise(props: dict) -> dict:
     """Properties in this release's shape, also for a resource an earlier release (DockerRuntime) created."""
     if props.get("docker") is None:
         props = {**props, "docker": {k: props.get(k) for k in LEGACY_DOCKER}, "runtime": props.get("runtime") or "docker"}
+    if props.get("hosts"):  # that release's hosts were all docker hosts, and did not say so
+        props = {**props, "hosts": {h: {"runtime": "docker", **s} for h, s in props["hosts"].items()}}
     return props
 
 
@@ -107,7 +109,7 @@ def _outputs(props: dict, hosts: dict, runtimes: dict, unsupported: dict, drift:
     else:
         message = "not active everywhere"
     return {
-        **{k: props.get(k) for k in INPUTS},
+        **inputs_of(props, INPUTS),
         "hosts": hosts,
         "runtimes": runtimes,
         "unsupported": unsupported,
@@ -163,7 +165,7 @@ def _moved(olds: dict, news: dict, runtime: str) -> bool:
 
 
 def _restore(props: dict, hosts: dict) -> None:
-    _, errors = _each(hosts, lambda host, state: transport_for(props, state.get("runtime", "docker")).restore(host, state.get("nodes", []), state))
+    _, errors = _each(hosts, lambda host, state: transport_for(props, state["runtime"]).restore(host, state.get("nodes", []), state))
     if errors:
         raise RuntimeError("could not restore the container runtime's config on: " + "; ".join(f"{h}: {e}" for h, e in sorted(errors.items())))
 
@@ -178,7 +180,7 @@ class ContainerRuntimeProvider(ResourceProvider):
 
     def read(self, id_: str, props: dict) -> ReadResult:
         props = normalise(props)
-        hosts = {h: {**s, "runtime": s.get("runtime", "docker")} for h, s in (props.get("hosts") or {}).items()}
+        hosts = dict(props.get("hosts") or {})
         seen, errors = _each(hosts, lambda host, state: transport_for(props, state["runtime"]).inspect(host, state.get("nodes", []), state))
         drift = [f"{host}: cannot inspect ({error})" for host, error in sorted(errors.items())]
         for host, report in sorted(seen.items()):
@@ -188,8 +190,7 @@ class ContainerRuntimeProvider(ResourceProvider):
 
     def diff(self, _id: str, olds: dict, news: dict) -> DiffResult:
         olds = normalise(olds)
-        # Only our own inputs: the serialized provider (__provider) changes with the code, not the node.
-        changed = [k for k in INPUTS if olds.get(k) != news.get(k)]
+        changed = changed_inputs(olds, news, INPUTS)
         if not changed and olds.get("drift"):
             changed = ["hosts"]
         # A node's runtime is a singleton: every change is an in-place update, never a replacement.
@@ -199,7 +200,7 @@ class ContainerRuntimeProvider(ResourceProvider):
         olds = normalise(olds)
         runtimes, unsupported = node_runtimes(news)
         targets = plan_hosts(news, runtimes)
-        previous = {h: {**s, "runtime": s.get("runtime", "docker")} for h, s in (olds.get("hosts") or {}).items()}
+        previous = olds.get("hosts") or {}
         leaving = {
             h: s for h, s in previous.items()
             if h not in targets or targets[h]["runtime"] != s["runtime"] or _moved(olds, news, s["runtime"])

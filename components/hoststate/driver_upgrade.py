@@ -34,7 +34,7 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
 from ..names import DEPLOY_LABEL_PREFIX, PAUSED_FOR_DRIVER_UPGRADE
-from .bundled import Bundled
+from .bundled import Bundled, changed_inputs, inputs_of
 from .cluster import core_api
 
 STATE_LABEL = "enflame.com/gcu.driver-upgrade-state"
@@ -265,6 +265,10 @@ class Cluster:
             self.api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}", label_selector=selector or None, _preload_content=False)
         )["items"]
 
+    def gcu_pods(self, node: str) -> list[dict]:
+        """The pods on `node` that hold GCUs: running, requesting a GCU resource, not a node agent."""
+        return [p for p in self.pods_on(node) if _live(p) and not _daemonset_pod(p) and requests_gcu(p, self.props["resources"])]
+
     def daemonset(self) -> dict:
         p = self.props
         return self._data(self.apps.read_namespaced_daemon_set(p["daemonSet"], p["namespace"], _preload_content=False))
@@ -276,14 +280,18 @@ class Cluster:
         while True:
             ds = self.daemonset()
             generation_seen = (ds.get("status") or {}).get("observedGeneration", 0) >= ds["metadata"].get("generation", 0)
-            revisions = self._data(self.apps.list_namespaced_controller_revision(p["namespace"], _preload_content=False))["items"]
-            owned = [r for r in revisions if any(o.get("uid") == ds["metadata"]["uid"] for o in r["metadata"].get("ownerReferences") or [])]
-            if generation_seen and owned:
-                newest = max(owned, key=lambda r: r.get("revision", 0))
-                return newest["metadata"]["labels"][REVISION_LABEL]
+            newest = self.newest_revision(ds)
+            if generation_seen and newest:
+                return newest
             if self.clock() > deadline:
                 raise RuntimeError(f"DaemonSet {p['namespace']}/{p['daemonSet']}: the controller recorded no revision in {timeout:.0f}s")
             self.sleep(POLL)
+
+    def newest_revision(self, ds: dict) -> Optional[str]:
+        """The revision hash of `ds`'s newest ControllerRevision; None before the controller recorded one."""
+        revisions = self._data(self.apps.list_namespaced_controller_revision(ds["metadata"]["namespace"], _preload_content=False))["items"]
+        owned = [r for r in revisions if any(o.get("uid") == ds["metadata"]["uid"] for o in r["metadata"].get("ownerReferences") or [])]
+        return max(owned, key=lambda r: r.get("revision", 0))["metadata"]["labels"][REVISION_LABEL] if owned else None
 
     def driver_pods(self) -> dict[str, dict]:
         """Driver pods by node (the newest on each node)."""
@@ -304,11 +312,7 @@ class Cluster:
             node = self.node(name)
             if node is None:
                 continue
-            gcu = [
-                f"{p['metadata']['namespace']}/{p['metadata']['name']}"
-                for p in self.pods_on(name)
-                if _live(p) and not _daemonset_pod(p) and requests_gcu(p, self.props["resources"])
-            ]
+            gcu = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in self.gcu_pods(name)]
             driver = drivers.get(name)
             found.append(
                 NodeFacts(
@@ -382,8 +386,7 @@ class NodeUpgrade:
             self.log(f"{self.node}: {timed_out.message}; evicting them")
 
     def _gcu_pods(self) -> list[dict]:
-        return [p for p in self.cluster.pods_on(self.node)
-                if _live(p) and not _daemonset_pod(p) and requests_gcu(p, self.props["resources"])]
+        return self.cluster.gcu_pods(self.node)
 
     def evict(self) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -537,6 +540,12 @@ def wait_driver_ready(cluster: Cluster, revision: str, nodes: list[str], timeout
         cluster.sleep(POLL)
 
 
+def node_states(facts: list, revision: Optional[str]) -> dict[str, str]:
+    """Each node's upgrade state: its state label while (or after) a rollout touched it, else whether its
+    driver pod runs `revision`."""
+    return {f.name: f.labels.get(STATE_LABEL) or ("current" if f.driver_revision == revision else "upgrade-required") for f in facts}
+
+
 def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: Optional[Cluster] = None) -> dict:
     """Upgrade every node not at the driver's current revision, wave by wave; the outputs to record."""
     cluster = cluster or Cluster(props)
@@ -569,8 +578,7 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
             break
     if not failed:
         wait_driver_ready(cluster, revision, [n for n in nodes if n not in the_plan.skipped], float(props["driverReadyTimeoutSeconds"]))
-    states = {f.name: (f.labels.get(STATE_LABEL) or ("current" if f.driver_revision == revision else "upgrade-required"))
-              for f in cluster.facts(nodes)}
+    states = node_states(cluster.facts(nodes), revision)
     outputs = {
         "revision": revision,
         "states": states,
@@ -630,7 +638,7 @@ def _log(message: str) -> None:
 
 
 def _outputs(props: dict, result: dict) -> dict:
-    return {**{k: props.get(k) for k in INPUTS}, **result}
+    return {**inputs_of(props, INPUTS), **result}
 
 
 def _pending(props: dict) -> bool:
@@ -653,11 +661,11 @@ class DriverUpgradeProvider(ResourceProvider):
         cluster = Cluster(props)
         facts = cluster.facts(list(props.get("nodes") or []))
         revision = cluster.current_revision(timeout=5)
-        states = {f.name: (f.labels.get(STATE_LABEL) or ("current" if f.driver_revision == revision else "upgrade-required")) for f in facts}
+        states = node_states(facts, revision)
         return ReadResult(id_, {**props, "revision": revision, "states": states})
 
     def diff(self, _id: str, olds: dict, news: dict) -> DiffResult:
-        changed = [k for k in INPUTS if olds.get(k) != news.get(k)]
+        changed = changed_inputs(olds, news, INPUTS)
         if not changed and (olds.get("failed") or _pending(news)):
             changed = ["nodes"]
         return DiffResult(changes=bool(changed), replaces=[], stables=[], delete_before_replace=False)

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
-from .bundled import Bundled
+from .bundled import Bundled, changed_inputs, inputs_of
 from .cluster import core_api
 from .node_labels import DEFAULT_DRIVER_LABEL, NodeLabeler, Selection
 
@@ -32,14 +32,6 @@ NODE_INPUTS = tuple(f.name for f in fields(GcuNodesInputs))
 NODE_OUTPUTS = ("nodes", "drivers", "optedOut", "managedLabels", "drift")
 
 
-def _inputs(props: dict, keys: tuple[str, ...]) -> dict:
-    return {k: props.get(k) for k in keys}
-
-
-def _changed(olds: dict, news: dict, keys: tuple[str, ...]) -> list[str]:
-    # Only our own inputs: the serialized provider (__provider) changes with the code, not the node.
-    return [k for k in keys if olds.get(k) != news.get(k)]
-
 
 # ---------------------------------------------------------------------------- GCU nodes
 
@@ -56,7 +48,7 @@ def _labeler(props: dict) -> NodeLabeler:
 
 def _node_outputs(props: dict, report: Any) -> dict:
     return {
-        **_inputs(props, NODE_INPUTS),
+        **inputs_of(props, NODE_INPUTS),
         "nodes": report.gcu_nodes,
         "drivers": report.drivers,
         "optedOut": report.opted_out,
@@ -98,7 +90,7 @@ class GcuNodesProvider(ResourceProvider):
         return ReadResult(id_, _node_outputs(props, _labeler(props).observe()))
 
     def diff(self, _id: str, olds: dict, news: dict) -> DiffResult:
-        changed = _changed(olds, news, NODE_INPUTS)
+        changed = changed_inputs(olds, news, NODE_INPUTS)
         if not changed and (olds.get("drift") or _pending_writes(news)):
             changed = ["nodes"]
         return DiffResult(changes=bool(changed), replaces=[], stables=[], delete_before_replace=False)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from ..names import DEPLOY_LABEL_PREFIX, GCU_PRESENT_LABEL, NFD_PCI_LABEL, OPERANDS_LABEL, PAUSED_FOR_DRIVER_UPGRADE
+from .cluster import list_nodes
 
 MANAGED_ANNOTATION = "gcu-stack.enflame.com/managed-labels"
 OUR_VALUE = "true"
@@ -160,13 +161,7 @@ class NodeLabeler:
 
     # -- reading -------------------------------------------------------------
     def list_nodes(self) -> list[dict]:
-        nodes, token = [], None
-        while True:
-            page = json.loads(self.api.list_node(limit=self.page_size, _continue=token, _preload_content=False).data)
-            nodes.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return nodes
+        return list_nodes(self.api, self.page_size)
 
     def _wanted(self, node: dict) -> dict[str, str]:
         meta = node["metadata"]

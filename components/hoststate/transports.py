@@ -38,15 +38,31 @@ class Backend:
 
     runtime: str
     script: str  # the node-code module the pods run
+    module: Any  # that module: activate / restore / inspect, the same on every runtime
+    host_type: type  # its host: what those functions act on, made from the backend's settings(label)
 
     def __init__(self, options: dict):
         self.options = options
+
+    def host(self, label: str) -> Any:
+        """This machine as the node."""
+        return self.host_type(self.settings(label))
+
+    # -- on this machine
+    def activate_local(self, label: str) -> dict:
+        return self.module.activate(self.host(label), self.options["runtimePath"], self.options["mode"])
+
+    def restore_local(self, label: str, state: dict) -> dict:
+        return self.module.restore(self.host(label), state, self.options["mode"])
+
+    def inspect_local(self, label: str, state: dict) -> dict:
+        return self.module.inspect(self.host(label), state, self.options["runtimePath"], self.options["mode"])
 
 
 class DockerBackend(Backend):
     """docker on a node: enflame as the default runtime in daemon.json."""
 
-    runtime, script = "docker", "runtime_host.py"
+    runtime, script, module, host_type = "docker", "runtime_host.py", runtime_host, runtime_host.LocalHost
 
     def settings(self, label: str, inside: bool = False) -> runtime_host.HostSettings:
         o = self.options
@@ -64,16 +80,6 @@ class DockerBackend(Backend):
         o = self.options
         return runtime_host.host_directories(o["daemonJson"], o["dockerHost"], o["pidFile"])
 
-    # -- on this machine
-    def activate_local(self, label: str) -> dict:
-        return runtime_host.activate(runtime_host.LocalHost(self.settings(label)), self.options["runtimePath"], self.options["mode"])
-
-    def restore_local(self, label: str, state: dict) -> dict:
-        return runtime_host.restore(runtime_host.LocalHost(self.settings(label)), state, self.options["mode"])
-
-    def inspect_local(self, label: str, state: dict) -> dict:
-        return runtime_host.inspect(runtime_host.LocalHost(self.settings(label)), state, mode=self.options["mode"])
-
     # -- in a pod on the node
     def arguments(self, action: str, node: str, state: Optional[dict]) -> list[str]:
         s = self.settings(node, inside=True)
@@ -89,7 +95,7 @@ class DockerBackend(Backend):
 class ContainerdBackend(Backend):
     """containerd on a node: the enflame runtime handler in a drop-in, its default unless turned off."""
 
-    runtime, script = "containerd", "containerd_host.py"
+    runtime, script, module, host_type = "containerd", "containerd_host.py", containerd_host, containerd_host.ContainerdHost
 
     def settings(self, label: str, inside: bool = False) -> containerd_host.ContainerdSettings:
         o = self.options
@@ -107,19 +113,6 @@ class ContainerdBackend(Backend):
 
     def directories(self) -> list[str]:
         return containerd_host.host_directories(self.settings("-"))
-
-    def _host(self, label: str) -> containerd_host.ContainerdHost:
-        return containerd_host.ContainerdHost(self.settings(label))
-
-    # -- on this machine
-    def activate_local(self, label: str) -> dict:
-        return containerd_host.activate(self._host(label), self.options["runtimePath"], self.options["mode"])
-
-    def restore_local(self, label: str, state: dict) -> dict:
-        return containerd_host.restore(self._host(label), state, self.options["mode"])
-
-    def inspect_local(self, label: str, state: dict) -> dict:
-        return containerd_host.inspect(self._host(label), state, self.options["runtimePath"])
 
     # -- in a pod on the node
     def arguments(self, action: str, node: str, state: Optional[dict]) -> list[str]:

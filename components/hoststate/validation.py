@@ -32,14 +32,15 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
-import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
-from ..names import DEPLOY_LABEL_PREFIX, GCU_RESOURCE, OPERANDS_LABEL
-from .cluster import core_api
+from ..names import DEPLOY_LABEL_PREFIX, GCU_RESOURCE, OPERANDS_LABEL, label_value
+from .bundled import Bundled, changed_inputs, inputs_of
+from .cluster import core_api, list_nodes
+from .runtime_host import RUNTIME_NAME
 
 SELFCHECK = "/usr/local/bin/gcu-selfcheck"  # images/toolkit/gcu-selfcheck.sh, in the toolkit image
-RUNTIME_CLASS = "enflame"
+RUNTIME_CLASS = RUNTIME_NAME
 COMPONENT = "validation"
 RUN_LABEL = "gcu-stack.enflame.com/validation-run"
 NODE_ANNOTATION = "gcu-stack.enflame.com/validation-node"
@@ -189,12 +190,6 @@ def capacity_failure(node: str, problem: str, waited: float, settings: CheckSett
 
 def _slug(text: str, size: int) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:size].strip("-") or "node"
-
-
-def label_value(text: str) -> str:
-    """A valid label value (63 characters of [A-Za-z0-9._-], alphanumeric at both ends)."""
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:63]
-    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned) or "gcu-stack"
 
 
 def job_name(node: str, run: str) -> str:
@@ -377,25 +372,12 @@ def read_nodes(api: Any, names: list[str], page_size: int = 500) -> dict[str, di
                 if error.status != 404:
                     raise
         return found
-    wanted, token = set(names), None
-    while True:
-        page = _plain(api.list_node(limit=page_size, _continue=token, _preload_content=False))
-        for node in page.get("items") or []:
-            if node["metadata"]["name"] in wanted:
-                found[node["metadata"]["name"]] = node
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return found
+    wanted = set(names)
+    return {node["metadata"]["name"]: node for node in list_nodes(api, page_size) if node["metadata"]["name"] in wanted}
 
 
 def list_all_nodes(api: Any, page_size: int = 500) -> dict[str, dict]:
-    found, token = {}, None
-    while True:
-        page = _plain(api.list_node(limit=page_size, _continue=token, _preload_content=False))
-        found.update({n["metadata"]["name"]: n for n in page.get("items") or []})
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return found
+    return {node["metadata"]["name"]: node for node in list_nodes(api, page_size)}
 
 
 def plugin_hint(api: Any, node: str, settings: CheckSettings) -> str:
@@ -671,7 +653,7 @@ def check_settings(props: dict) -> CheckSettings:
 
 
 def _inputs(props: dict) -> dict:
-    return {k: props.get(k) for k in VALIDATION_INPUTS}
+    return inputs_of(props, VALIDATION_INPUTS)
 
 
 def _covered(props: dict, live: dict[str, dict]) -> tuple[list[str], dict[str, str]]:
@@ -762,7 +744,7 @@ class GcuValidationProvider(ResourceProvider):
         return ReadResult(id_, {**props, "results": results, "passed": not failures, "failures": failures, "drift": drift})
 
     def diff(self, _id: str, olds: dict, news: dict) -> DiffResult:
-        changed = [k for k in VALIDATION_INPUTS if olds.get(k) != news.get(k)]
+        changed = changed_inputs(olds, news, VALIDATION_INPUTS)
         if not changed and news.get("enabled", True):
             if olds.get("drift") or (news.get("mode") == "fail" and not olds.get("passed")):
                 changed = ["nodes"]
@@ -787,9 +769,7 @@ class GcuValidationProvider(ResourceProvider):
             pass
 
 
-class GcuValidation(pulumi.dynamic.Resource, module="gcu", name="GcuValidation"):
+class GcuValidation(Bundled, module="gcu", name="GcuValidation"):
     """Outputs (attributes): passed, results (per node), skipped, failures, validatedAt, drift."""
 
-    def __init__(self, name: str, inputs: GcuValidationInputs, opts: Optional[pulumi.ResourceOptions] = None):
-        props = {f.name: getattr(inputs, f.name) for f in fields(inputs)}  # not asdict: it deep-copies Outputs
-        super().__init__(GcuValidationProvider(), name, {**props, **dict.fromkeys(VALIDATION_OUTPUTS)}, opts)
+    PROVIDER, OUTPUTS = GcuValidationProvider, VALIDATION_OUTPUTS

@@ -17,15 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config import one_setting
 from ..hoststate import cluster_view
-from ..hoststate.driver_upgrade import (
-    REVISION_LABEL,
-    DriverUpgrade,
-    DriverUpgradeInputs,
-    NodeFacts,
-    describe,
-    plan,
-    requests_gcu,
-)
+from ..hoststate.driver_upgrade import Cluster, DriverUpgrade, DriverUpgradeInputs, describe, plan
 from ..manifests import TEMPLATE_HASH_ANNOTATION
 from ..hoststate.bundled import as_props
 from ..model import StepContext, StepDef, StepResult
@@ -81,43 +73,24 @@ DriverUpgradeSettings = one_setting("DriverUpgradeSettings", "driver_upgrade", "
 def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeInputs, kubeconfig) -> None:
     """The plan, from the live cluster, in the preview's output (and `pulumi up`'s)."""
     try:
-        from ..hoststate.cluster import core_api
-        from kubernetes import client
-        import json
+        from kubernetes.client.exceptions import ApiException
 
-        api = core_api(kubeconfig, inputs.context)
-        apps = client.AppsV1Api(api.api_client)
-        nodes = cluster_view.gcu_nodes(kubeconfig, inputs.context, context.results[GCU_NODES].facts["selection"])
-        name, namespace = daemonset["metadata"]["name"], daemonset["metadata"]["namespace"]
+        # The rollout's own view of the cluster, from what its resource will be given.
+        cluster = Cluster({"kubeconfig": kubeconfig, "context": inputs.context, "daemonSet": daemonset["metadata"]["name"],
+                           "namespace": daemonset["metadata"]["namespace"], "resources": inputs.resources})
         try:
-            live = json.loads(apps.read_namespaced_daemon_set(name, namespace, _preload_content=False).data)
-        except client.exceptions.ApiException as error:
+            live = cluster.daemonset()
+        except ApiException as error:
             if error.status != 404:
                 raise
             pulumi.log.info("driver: not deployed yet; its pods start at the new version, nothing to upgrade")
             return
-        selector = ",".join(f"{k}={v}" for k, v in live["spec"]["selector"]["matchLabels"].items())
-        pods = json.loads(api.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False).data)["items"]
-        drivers = {p["spec"].get("nodeName"): p for p in pods if not p["metadata"].get("deletionTimestamp")}
+        nodes = cluster_view.gcu_nodes(kubeconfig, inputs.context, context.results[GCU_NODES].facts["selection"])
         unchanged = (live["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION) == inputs.template
         # A new template: every driver pod becomes old. The same one: only pods an earlier rollout left behind.
-        revision = _live_revision(apps, live) if unchanged else "(the new revision)"
-        facts = []
-        for node in nodes:
-            driver = drivers.get(node.name)
-            on_node = json.loads(api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.name}", _preload_content=False).data)["items"]
-            facts.append(NodeFacts(
-                name=node.name,
-                unschedulable=node.unschedulable,
-                labels=node.labels,
-                annotations=node.annotations,
-                driver_revision=(driver["metadata"].get("labels") or {}).get(REVISION_LABEL) if driver else None,
-                gcu_pods=[f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in on_node
-                          if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                          and not any(o.get("kind") == "DaemonSet" for o in p["metadata"].get("ownerReferences") or [])
-                          and requests_gcu(p, inputs.resources)],
-            ))
-        old_images = sorted({c["image"] for p in drivers.values() for c in p["spec"]["containers"]})
+        revision = (cluster.newest_revision(live) or "(unknown)") if unchanged else "(the new revision)"
+        facts = cluster.facts([node.name for node in nodes])
+        old_images = sorted({c["image"] for p in cluster.driver_pods().values() for c in p["spec"]["containers"]})
         the_plan = plan(facts, revision, inputs.maxParallel, inputs.maxUnavailable)
         image = daemonset["spec"]["template"]["spec"]["containers"][0]["image"]
         for line in describe(the_plan, image if isinstance(image, str) else "the new driver", old_images, inputs.maxParallel, inputs.maxUnavailable):
@@ -126,20 +99,12 @@ def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeIn
         pulumi.log.warn(f"driver upgrade plan: the live cluster could not be read ({error}); the rollout reads it when it runs")
 
 
-def _live_revision(apps, daemonset: dict) -> str:
-    import json
-
-    revisions = json.loads(apps.list_namespaced_controller_revision(daemonset["metadata"]["namespace"], _preload_content=False).data)["items"]
-    owned = [r for r in revisions if any(o.get("uid") == daemonset["metadata"]["uid"] for o in r["metadata"].get("ownerReferences") or [])]
-    return max(owned, key=lambda r: r.get("revision", 0))["metadata"]["labels"][REVISION_LABEL] if owned else "(unknown)"
-
-
 def _condition(values: list) -> Optional[dict]:
     """GcuResource's `upgrade` condition, when the last rollout upgraded (or failed on) a node."""
     upgraded, failed, nodes, message, finished_at = values[0] or [], values[1] or {}, values[2] or {}, values[3] or "", values[4]
     if not upgraded and not failed:
         return None
-    total = len([n for n, state in nodes.items() if state != "skipped"]) or 1
+    total = len(nodes) or 1
     finished = sum(1 for state in nodes.values() if state in ("done", "current"))
     return {
         "action": "upgrade",

@@ -21,6 +21,7 @@ from ..config import one_setting
 from ..hoststate.validation import RUNTIME_CLASS, SELFCHECK, GcuValidation, GcuValidationInputs
 from ..model import StepContext, StepDef, StepResult
 from ..names import GCU_RESOURCE, GCUSHARE_RESOURCE
+from ..spec import DNS1123_LABEL, PULL_POLICIES
 from .gcu_nodes import KEY as GCU_NODES
 
 KEY = "validation"
@@ -30,7 +31,6 @@ PLUGINS = {"devicePlugin": GCU_RESOURCE, "gcusharePlugin": GCUSHARE_RESOURCE}
 UNDERNEATH = ("driver", "toolkit")
 # The toolkit's image carries the default command (images/toolkit/gcu-selfcheck.sh).
 IMAGE_FROM = "toolkit"
-DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
 class ValidationOptions(BaseModel):
@@ -50,12 +50,12 @@ class ValidationOptions(BaseModel):
     workload_timeout_seconds: int = Field(180, alias="workloadTimeoutSeconds", ge=5, le=3600)
     # Default: the toolkit's image (which ships images/toolkit/gcu-selfcheck.sh) and its pull policy.
     image: Optional[str] = Field(None, min_length=1)
-    image_pull_policy: Optional[Literal["Always", "IfNotPresent", "Never"]] = Field(None, alias="imagePullPolicy")
+    image_pull_policy: Optional[Literal[PULL_POLICIES]] = Field(None, alias="imagePullPolicy")
     command: list[str] = Field(default_factory=lambda: [SELFCHECK], min_length=1)
     # Used on nodes whose runtime is not docker; "" never sets one.
     runtime_class_name: str = Field(RUNTIME_CLASS, alias="runtimeClassName")
     # Default: the plugin's namespace.
-    namespace: Optional[str] = Field(None, pattern=DNS1123_LABEL, max_length=63)
+    namespace: Optional[str] = Field(None, pattern=DNS1123_LABEL.pattern, max_length=63)
     # Any new value validates again on the next `pulumi up`.
     trigger: str = ""
 
