@@ -27,11 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from engine import local_servers, prepare_stack, set_json_config  # noqa: E402
+from engine import GCU_NODE_LABELS, GCUS, local_servers, prepare_stack, set_json_config  # noqa: E402
 from harness import seed_spec  # noqa: E402
 
-NFD = "feature.node.kubernetes.io/pci-1e36.present"
-DRIVER_LABEL = "enflame.com/gcu.driver.present"
 GCU = "enflame.com/gcu"
 
 
@@ -58,8 +56,6 @@ class Watch:
         self.most_unavailable = 0
         self.plugin_down = 0.0  # node-seconds
         self.gcu_seen: dict[str, str] = {}  # uid -> node, every GCU pod seen running
-        self.web_seen: set[str] = set()
-        self.gcu_uids_start: set[str] = set()
         self.web_uids_start: set[str] = set()
         self.driverless_under_job: set[str] = set()  # GCU pod uids that ran on a node without a driver pod
         self._stop = threading.Event()
@@ -68,8 +64,12 @@ class Watch:
     def _list(self, *args: str) -> list[dict]:
         return json.loads(self.cluster.kubectl(*args, "-o", "json", timeout=120).stdout)["items"]
 
-    def _sample(self) -> float:
-        started = time.monotonic()
+    @staticmethod
+    def _uids(pods: list[dict], app: str) -> set[str]:
+        return {p["metadata"]["uid"] for p in pods if (p["metadata"].get("labels") or {}).get("app") == app}
+
+    def _sample(self) -> int:
+        """Records what it sees; returns how many GCU nodes have no ready device plugin."""
         nodes = {n["metadata"]["name"]: n for n in self._list("get", "nodes")}
         pods = self._list("get", "pods", "--all-namespaces")
         by_name = {}
@@ -80,8 +80,6 @@ class Watch:
             by_name.setdefault((labels.get("app.kubernetes.io/component"), node), []).append(ready and not pod["metadata"].get("deletionTimestamp"))
             if labels.get("app") == "training" and node and (pod.get("status") or {}).get("phase") == "Running":
                 self.gcu_seen[pod["metadata"]["uid"]] = node
-            if labels.get("app") == "web":
-                self.web_seen.add(pod["metadata"]["uid"])
         unavailable = 0
         drivers = {n for n in self.gcu_nodes if any(by_name.get(("driver", n), []))}
         for name in self.gcu_nodes:
@@ -95,22 +93,20 @@ class Watch:
                     and (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp"):
                 self.driverless_under_job.add(pod["metadata"]["uid"])
         self.most_unavailable = max(self.most_unavailable, unavailable)
-        self._down = sum(1 for n in self.gcu_nodes if not any(by_name.get(("devicePlugin", n), [])))
-        return time.monotonic() - started
+        return sum(1 for n in self.gcu_nodes if not any(by_name.get(("devicePlugin", n), [])))
 
     def _run(self) -> None:
         last = time.monotonic()
         while not self._stop.is_set():
-            self._sample()
+            down = self._sample()
             now = time.monotonic()
-            self.plugin_down += self._down * (now - last)
+            self.plugin_down += down * (now - last)
             last = now
             time.sleep(0.5)
 
     def __enter__(self) -> "Watch":
         pods = self._list("get", "pods", "-n", "default")
-        self.gcu_uids_start = {p["metadata"]["uid"] for p in pods if (p["metadata"].get("labels") or {}).get("app") == "training"}
-        self.web_uids_start = {p["metadata"]["uid"] for p in pods if (p["metadata"].get("labels") or {}).get("app") == "web"}
+        self.web_uids_start = self._uids(pods, "web")
         self._sample()
         self._thread.start()
         return self
@@ -119,8 +115,8 @@ class Watch:
         self._stop.set()
         self._thread.join()
         pods = self._list("get", "pods", "-n", "default")
-        self.gcu_uids_end = {p["metadata"]["uid"] for p in pods if (p["metadata"].get("labels") or {}).get("app") == "training"}
-        self.web_uids_end = {p["metadata"]["uid"] for p in pods if (p["metadata"].get("labels") or {}).get("app") == "web"}
+        self.gcu_uids_end = self._uids(pods, "training")
+        self.web_uids_end = self._uids(pods, "web")
 
     @property
     def gcu_disturbed(self) -> int:
@@ -150,7 +146,7 @@ def wait_workloads(cluster, gcu_pods: int, ordinary: int, timeout: float = 300) 
 
 def run(nodes: int, max_parallel: int, max_unavailable: str) -> None:
     gcu_nodes = [f"gcu-node-{i:03d}" for i in range(1, nodes + 1)]
-    node_specs = [(n, {NFD: "true", DRIVER_LABEL: "true"}, {"capacity": {GCU: "4"}}) for n in gcu_nodes] + [("cpu-node-1", {})]
+    node_specs = [(n, GCU_NODE_LABELS, GCUS) for n in gcu_nodes] + [("cpu-node-1", {})]
     gcu_pods, ordinary = nodes // 2, nodes
     with tempfile.TemporaryDirectory() as workdir, local_servers(Path(workdir), node_specs) as (cluster, dockerd):
         stack, _ = prepare_stack(Path(workdir), cluster, dockerd, name="bench-driver")

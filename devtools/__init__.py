@@ -194,9 +194,16 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-def https_request(host: str, port: int, context: ssl.SSLContext, method: str, path: str, *,
-                  data: Optional[bytes], headers: dict, timeout: float) -> tuple[int, str]:
-    """One HTTPS request; its status and body text."""
+def https_request(host: str, port: int, context: ssl.SSLContext, method: str, path: str, *, token: Optional[str],
+                  body: Any, content_type: str, timeout: float) -> tuple[int, str]:
+    """One request to a Kubernetes API server (or a kubelet): its status and body text. `body`: bytes as
+    they are, anything else as JSON; sent as `content_type`, with `token` as the bearer token."""
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    if data is not None:
+        headers["Content-Type"] = content_type
     conn = http.client.HTTPSConnection(host, port, context=context, timeout=timeout)
     try:
         conn.request(method, path, body=data, headers=headers)

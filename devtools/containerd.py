@@ -135,9 +135,8 @@ class Containerd(Daemon):
             self.write_config(self.default_config())
         if self.socket.exists():
             self.socket.unlink()
-        env = {**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin:" + os.environ.get("PATH", "")}
         # cwd "/": where systemd runs containerd (it resolves relative glob imports there).
-        self._launch([self.bins["containerd"], "--config", self.config_file], env=env, cwd=Path("/"), timeout=timeout,
+        self._launch([self.bins["containerd"], "--config", self.config_file], cwd=Path("/"), timeout=timeout,
                      interval=0.05, ready=lambda: self.socket.exists() and self.ctr("version", check=False, timeout=10).returncode == 0)
         self.pidfile.write_text(f"{self.pid}\n")
         self._write_state()
@@ -260,9 +259,6 @@ class Containerd(Daemon):
             time.sleep(0.05)
         self.ctr("-n", namespace, "tasks", "rm", "-f", container_id, check=False)
         self.ctr("-n", namespace, "containers", "rm", container_id, check=False)
-
-    def up_message(self) -> str:
-        return f"containerd up in {self.startup_seconds:.1f}s; config {self.config_file}; pid {self.pid}"
 
 
 @exit_codes

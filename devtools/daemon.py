@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -60,11 +61,13 @@ class Daemon(StartStop):
         return self.bins["runc"]
 
     # ---- lifecycle
-    def _launch(self, argv: Sequence[Any], *, env: dict, ready: Callable[[], bool], timeout: float,
-                interval: float, cwd: Optional[Path] = None) -> None:
+    def _launch(self, argv: Sequence[Any], *, ready: Callable[[], bool], timeout: float, interval: float,
+                cwd: Optional[Path] = None) -> None:
         """Spawn the server and wait until ready() (its socket answers); it is stopped again when it does
         not in `timeout` seconds, and ComponentFailed carries the tail of its log."""
         started = time.monotonic()
+        # The system's directories first: the server finds its helpers there (containerd, runc, shims).
+        env = {**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin:" + os.environ.get("PATH", "")}
         self.proc = spawn(argv, self.log_file, detach=self.detach, env=env, cwd=cwd)
         self.pid = self.proc.pid
         while True:
@@ -117,8 +120,8 @@ class Daemon(StartStop):
                 "config_file": str(self.config_file)}
 
     def up_message(self) -> str:
-        """What `up` says on stderr once the server answers."""
-        raise NotImplementedError
+        """What `up` says on stderr once the server answers (a subclass may say more)."""
+        return f"{self.NAME} up in {self.startup_seconds:.1f}s; config {self.config_file}; pid {self.pid}"
 
 
 def daemon_cli(cls: type, argv: Optional[Sequence[str]], *, prog: str, description: str,

@@ -174,10 +174,7 @@ class Dockerd(Daemon):
                 "--pidfile", self.pidfile, "-H", self.host,
                 "--iptables=false", "--ip-masq=false", "--bridge=none",
                 "--storage-driver", self.storage_driver]
-        env = dict(os.environ)
-        # dockerd finds containerd/runc via PATH
-        env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin:" + env.get("PATH", "")
-        self._launch(argv, env=env, ready=self._answers, timeout=timeout, interval=0.1)
+        self._launch(argv, ready=self._answers, timeout=timeout, interval=0.1)
         self._write_state()
         return self
 

@@ -55,7 +55,7 @@ def _script(name: str, body: str, revision: int, size: int) -> bytes:
     return text + random.Random(f"{name}-{revision}").randbytes(max(0, size - len(text)))
 
 
-def _tar_gz(path: Path, members: dict[str, bytes]) -> None:
+def tar_gz(path: Path, members: dict[str, bytes]) -> None:
     """Byte-for-byte reproducible: no timestamps, so equal stand-ins are equal files."""
     with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=1) as compressed, \
             tarfile.open(fileobj=compressed, mode="w") as archive:
@@ -95,7 +95,7 @@ def write_standins(
             members = {f"{top}/bin/{binary}": _script(binary, 'echo "stand-in: $0 $*"; exec sleep 3600', revision, binary_size)}
             if key == "toolkit":
                 members[f"{top}/bin/enflame-container-runtime-hook"] = _script("enflame-container-runtime-hook", "exit 0", revision, 0)
-            _tar_gz(path, members)
+            tar_gz(path, members)
         written[key] = path
     return written
 
@@ -165,6 +165,19 @@ class Timings:
     @property
     def total(self) -> float:
         return sum(self.per_image.values())
+
+
+def build_project_images(dockerd: Dockerd, workdir: Path, packages: Path, entries: dict[str, dict]) -> dict[str, str]:
+    """Build the project's images (images/<key>) of `entries` ({component key: its gcu-stack:images entry})
+    from the packages in `packages`, offline, with `workdir` as the project directory; {key: image reference}."""
+    options = ImagesOptions.model_validate({"packageDir": str(packages), "network": "none", **entries})
+    found = check_images(options, None, workdir)
+    refs = {}
+    for key in entries:
+        spec = build_spec(key, options, found[key], workdir)
+        docker_build(dockerd, spec)
+        refs[key] = spec.image_name
+    return refs
 
 
 def build_all(dockerd: Dockerd, specs: Sequence[BuildSpec]) -> Timings:

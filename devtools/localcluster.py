@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
-from devtools import (CACHE_DIR, TOOLCHAIN_HINT, ComponentFailed, StartStop, ToolchainMissing, free_port,
+from devtools.fakegcu import GCU_RESOURCE  # what the GCU device plugin advertises
+from devtools import (CACHE_DIR, TOOLCHAIN_HINT, ComponentFailed, StartStop, ToolchainMissing, exit_codes, free_port,
                       https_request, kill_pid, log_tail, nothing_running, pid_matches, spawn, write_json)
 
 K8S_VERSION = os.environ.get("GCU_K8S_VERSION", "1.33.4")      # devtools/go/go.mod
@@ -64,7 +65,6 @@ CM_USER = "system:kube-controller-manager"  # bound by the bootstrap RBAC policy
 SCHED_USER = "system:kube-scheduler"        # bound by the bootstrap RBAC policy
 
 GCU_LABEL = "feature.node.kubernetes.io/pci-1e36.present"   # what NFD puts on Enflame nodes
-GCU_RESOURCE = "enflame.com/gcu"                             # what the GCU device plugin advertises
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
 
@@ -176,12 +176,8 @@ class Api:
 
     def request(self, method: str, path: str, body: Any = None, *, timeout: float = 10.0,
                 content_type: str = "application/json", raw: bool = False) -> Any:
-        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
-        if data is not None:
-            headers["Content-Type"] = content_type
-        status, text = https_request(self.host, self.port, self.ctx, method, path, data=data, headers=headers,
-                                     timeout=timeout)
+        status, text = https_request(self.host, self.port, self.ctx, method, path, token=self.token, body=body,
+                                     content_type=content_type, timeout=timeout)
         if status >= 300:
             raise ApiError(status, text, method, path)
         if raw:
@@ -856,6 +852,7 @@ def _cli_nodes(n: int, k: int, gcu_labels: Sequence[str], gcu_capacity: int = 0)
             + [(f"cpu-node-{i}", {}) for i in range(1, n - k + 1)])
 
 
+@exit_codes
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m devtools.localcluster",
                                  description=f"Local Kubernetes {K8S_VERSION} control plane with kwok-simulated nodes.")
@@ -895,14 +892,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             c.stop()
         nodes = _cli_nodes(a.nodes, a.gcu_nodes, a.gcu_label, a.gcu_capacity)
         c = LocalCluster(state_dir, nodes=nodes, audit=not a.no_audit, detach=True)
-        try:
-            c.start(timeout=a.timeout)
-        except ToolchainMissing as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        except ComponentFailed as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
+        c.start(timeout=a.timeout)
         t = c.timings
         print(f"cluster up in {t.get('total', 0):.1f}s: {c.server}, {len(nodes)} nodes "
               f"({a.gcu_nodes} GCU), audit log {c.audit_log if c.audit else 'off'}", file=sys.stderr)

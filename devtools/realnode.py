@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -107,7 +108,7 @@ import threading
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from devtools import (CACHE_DIR, TOOLCHAIN_HINT, ComponentFailed, StartStop, ToolchainMissing, exit_codes,
                       https_request, kill_pid, log_tail, pid_alive, spawn, write_json)
@@ -122,7 +123,8 @@ POD_NET = "10.233.{i}"               # /24 per node, on the node's cni0 bridge
 KUBELET_PORT = 10250
 PAUSE_REPOSITORY = "gcu-stack.local/realnode-pause"
 K8S_NAMESPACE = "k8s.io"             # containerd namespace the CRI plugin uses
-NODE_CONTAINERD_SOCKET = "/run/containerd/containerd.sock"    # inside the node: the usual place
+NODE_RUN_CONTAINERD = "/run/containerd"    # inside the node: the usual place (socket, pid file, shim sockets)
+NODE_CONTAINERD_SOCKET = f"{NODE_RUN_CONTAINERD}/containerd.sock"
 # What the kubelet would set machine-wide (pkg/kubelet/cm setupKernelTunables), shadowed in the node.
 KERNEL_TUNABLES = {
     "vm/overcommit_memory": "1", "vm/panic_on_oom": "0", "kernel/panic": "10", "kernel/panic_on_oops": "1",
@@ -142,6 +144,14 @@ _CLONE_NEWNET = 0x40000000
 _LOCK = CACHE_DIR / "realnode.lock"
 _RUN_NETNS_MARKER = CACHE_DIR / "realnode-made-run-netns"
 _CGROUP_MARKER = CACHE_DIR / "realnode-made-k8s-cgroups"
+
+
+@contextlib.contextmanager
+def _machine_lock() -> Iterator[None]:
+    """What real nodes change on the machine itself, one process at a time (released when the file closes)."""
+    with open(_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 class RealNodeError(ComponentFailed):
@@ -380,15 +390,8 @@ class KubeApi:
 
     def request(self, method: str, path: str, body: Any = None, *, timeout: float = 15,
                 content_type: str = "application/json") -> Any:
-        headers = {"Accept": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = content_type
-        status, text = https_request(self.host, self.port, self.ctx, method, path, data=data, headers=headers,
-                                     timeout=timeout)
+        status, text = https_request(self.host, self.port, self.ctx, method, path, token=self.token, body=body,
+                                     content_type=content_type, timeout=timeout)
         if status >= 300:
             err = RealNodeError(f"{method} {path} -> HTTP {status}: {text[:400]}")
             err.status = status  # type: ignore[attr-defined]
@@ -710,8 +713,7 @@ class RealNode(StartStop):
     def _setup_network(self) -> None:
         ip = self.toolchain["ip"]
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
-        with open(_LOCK, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with _machine_lock():
             if not _is_mountpoint("/run/netns"):
                 # `ip netns add` makes /run/netns a mount: remembered so that the last node to go undoes it
                 _RUN_NETNS_MARKER.write_text("/run/netns was made a mount point by devtools/realnode.py\n")
@@ -791,8 +793,7 @@ class RealNode(StartStop):
         self.state["host_paths_before"] = [p for p in HOST_PATHS_KEPT_INSIDE if os.path.lexists(p)]
         missing = [str(r) for r in _cgroup_roots() if not (r / K8S_NAMESPACE).exists()]
         if missing:   # containerd will make <hierarchy>/k8s.io: the last real node removes them again
-            with open(_LOCK, "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            with _machine_lock():
                 known = set(_CGROUP_MARKER.read_text().split()) if _CGROUP_MARKER.exists() else set()
                 _CGROUP_MARKER.write_text("\n".join(sorted(known | set(missing))) + "\n")
         argv = [tc["nsenter"], f"--net=/run/netns/{self.netns}", "--", tc["unshare"], "--mount",
@@ -904,7 +905,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     # containerd runs under a small supervisor loop, like a service with Restart=always: whatever stops
     # it (a toolkit pod activating a runtime: `kill $(cat /run/containerd/containerd.pid)`), it comes back.
-    CONTAINERD_PIDFILE = "/run/containerd/containerd.pid"    # inside the node
+    CONTAINERD_PIDFILE = f"{NODE_RUN_CONTAINERD}/containerd.pid"    # inside the node
 
     def node_path(self, path: str) -> Path:
         """A path as the node sees it (its /run, /var/lib, ...), reachable from this machine."""
@@ -915,7 +916,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     def containerd_pid(self) -> Optional[int]:
         try:
-            return int((self.run_containerd_dir / "containerd.pid").read_text().strip())
+            return int((self.run_containerd_dir / Path(self.CONTAINERD_PIDFILE).name).read_text().strip())
         except (OSError, ValueError):
             return None
 
@@ -1332,7 +1333,7 @@ def teardown(st: Mapping, *, delete_node: bool = False, procs: Optional[Mapping[
         kill_pid(kpid, proc=(procs or {}).get("kubelet"), timeout=10)
     # 2. every process of the node, until none is left
     deadline = time.monotonic() + 30
-    container_cgroups: set[str] = set()   # of killed containers (the state dir may be unknown or gone)
+    killed_ids: set[str] = set()   # of killed containers' cgroups (the state dir may be unknown or gone)
     while True:
         victims = _node_pids(st)
         if not victims:
@@ -1342,7 +1343,7 @@ def teardown(st: Mapping, *, delete_node: bool = False, procs: Optional[Mapping[
                 for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
                     path = line.split(":", 2)[2]
                     if re.fullmatch(r"/(k8s\.io/)?[0-9a-f]{64}", path):
-                        container_cgroups.add(path.lstrip("/"))
+                        killed_ids.add(path.rpartition("/")[2])
             except (OSError, IndexError):
                 pass
         for pid in victims:
@@ -1365,8 +1366,7 @@ def teardown(st: Mapping, *, delete_node: bool = False, procs: Optional[Mapping[
         except subprocess.TimeoutExpired:
             problems.append(f"process {proc.pid} did not exit")
     # 3. cgroups of the node's containers (runc removes them when a container is deleted, not when killed)
-    found = set(_container_cgroups(_task_ids(st)))
-    found.update(root / rel for root in _cgroup_roots() for rel in container_cgroups if (root / rel).is_dir())
+    found = set(_container_cgroups(_task_ids(st) | killed_ids))
     for cg in sorted(found, key=lambda p: -len(p.parts)):
         for _ in range(50):
             try:
@@ -1382,8 +1382,7 @@ def teardown(st: Mapping, *, delete_node: bool = False, procs: Optional[Mapping[
         else:
             problems.append(f"cgroup {cg} stays busy")
     if _CGROUP_MARKER.exists():   # the k8s.io parents real nodes made, by the last real node to go
-        with open(_LOCK, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with _machine_lock():
             others = [n for n in (os.listdir("/run/netns") if os.path.isdir("/run/netns") else [])
                       if n.startswith(NETNS_PREFIX) and n != netns]
             roots = _CGROUP_MARKER.read_text().split()
@@ -1414,8 +1413,7 @@ def teardown(st: Mapping, *, delete_node: bool = False, procs: Optional[Mapping[
     else:
         problems.append(f"interface {link} is still there")
     if _RUN_NETNS_MARKER.exists():   # the last real node undoes what the first one's `ip netns add` did
-        with open(_LOCK, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with _machine_lock():
             try:
                 if not _is_mountpoint("/run/netns"):
                     _RUN_NETNS_MARKER.unlink()
@@ -1630,7 +1628,6 @@ def agent_main(state_dir: Path, reap_on_eof: bool) -> int:
         st = json.loads((state_dir / "state.json").read_text())
     except OSError:
         pass
-    st["socket"] = st.get("socket")
     teardown(st, delete_node=bool(st.get("delete_node_on_stop")), log=lambda m: print(m, flush=True))
     (state_dir / "state.json").unlink(missing_ok=True)
     print("teardown done", flush=True)

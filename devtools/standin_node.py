@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from devtools import fakegcu, imagebuild
+from devtools.realnode import RealNode
 from devtools.rootfs import import_base_image, rootfs_tarball
 
 REPOSITORY = "gcu-e2e.local/gcu"
@@ -35,26 +36,18 @@ NFD_IMAGE = f"{REPOSITORY}/node-feature-discovery:{TAG}"
 
 def _toolkit_package(path: Path) -> None:
     runtime = f"#!/bin/sh\nexec {shutil.which('runc') or '/usr/sbin/runc'} \"$@\"\n".encode()
-    imagebuild._tar_gz(path, {"toolkit/bin/enflame-container-runtime": runtime})
+    imagebuild.tar_gz(path, {"toolkit/bin/enflame-container-runtime": runtime})
 
 
 def build_images(dockerd: Any, workdir: Path) -> list[str]:
     """Build every image the seed runs into `dockerd`; returns their references."""
-    from components.images import ImagesOptions, build_spec, check_images
-
     base = import_base_image(dockerd, rootfs_tarball(), imagebuild.BASE_IMAGE)
     packages = workdir / "packages"
     imagebuild.write_standins(packages, keys=("exporter", "gfd"), padded=False)
     _toolkit_package(packages / imagebuild.standin_name("toolkit"))
     fakegcu.write_package(packages / imagebuild.standin_name("devicePlugin"))
     entry = {"build": True, "baseImage": base, "repository": REPOSITORY, "tag": TAG}
-    options = ImagesOptions.model_validate({"packageDir": str(packages), "network": "none", **{k: entry for k in KEYS}})
-    found = check_images(options, None, workdir)
-    refs = []
-    for key in KEYS:
-        spec = build_spec(key, options, found[key], workdir)
-        imagebuild.docker_build(dockerd, spec)
-        refs.append(spec.image_name)
+    refs = list(imagebuild.build_project_images(dockerd, workdir, packages, {key: entry for key in KEYS}).values())
     nfd = workdir / "nfd"
     nfd.mkdir(parents=True, exist_ok=True)
     (nfd / "Dockerfile").write_text(
@@ -79,7 +72,8 @@ def blueprint() -> dict:
 
 def containerd_settings() -> dict:
     return {
-        "restartCommand": ["sh", "-c", "kill $(cat /host/run/containerd/containerd.pid)"],
+        # restartIn container: the node's /run/containerd is under /host in the toolkit's pod.
+        "restartCommand": ["sh", "-c", f"kill $(cat /host{RealNode.CONTAINERD_PIDFILE})"],
         "restartIn": "container",
         "verifySeconds": 60,
     }

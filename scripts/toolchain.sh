@@ -21,8 +21,9 @@ CACHE_DIR="${GCU_CACHE_DIR:-$HOME/.cache/gcu-stack}"
 PULUMI_SH="$HERE/toolchain/pulumi.sh"
 KUBE_SH="$HERE/toolchain/kube.sh"
 
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+REPORT_TAG=toolchain.sh REPORT_WIDTH=12
+# shellcheck source=toolchain/report.sh
+. "$HERE/toolchain/report.sh"
 
 # run_logged NAME LOG CMD... : CMD's stdout to "$LOG.out", stderr to "$LOG"; on failure print the log's tail.
 run_logged() {

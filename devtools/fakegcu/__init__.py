@@ -141,7 +141,6 @@ def build_device_plugin_image(dockerd, workdir: Path, *, base_image: Optional[st
     (imported into `dockerd` when missing). Returns the image reference, e.g.
     ``artifact.enflame.cn/enflame_docker_images/enflame/gcu-plugin:fake-gcu``.
     """
-    from components.images import ImagesOptions, build_spec, check_images
     from devtools import imagebuild
     from devtools.rootfs import import_base_image, rootfs_tarball
 
@@ -153,11 +152,7 @@ def build_device_plugin_image(dockerd, workdir: Path, *, base_image: Optional[st
     entry = {"build": True, "baseImage": base_image, "tag": tag}
     if repository:   # else the project's default repository for component images
         entry["repository"] = repository
-    options = ImagesOptions.model_validate({"packageDir": str(packages), "network": "none", "devicePlugin": entry})
-    found = check_images(options, None, workdir)
-    spec = build_spec("devicePlugin", options, found["devicePlugin"], workdir)
-    imagebuild.docker_build(dockerd, spec)
-    return spec.image_name
+    return imagebuild.build_project_images(dockerd, workdir, packages, {"devicePlugin": entry})["devicePlugin"]
 
 
 __all__ = ["BINARY_NAME", "GCU_RESOURCE", "BuildFailed", "binary", "build_device_plugin_image", "find_go",
