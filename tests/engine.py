@@ -25,7 +25,9 @@ PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "blueprints", "poli
 TOOLCHAIN = PROJECT_DIR / "scripts" / "toolchain" / "pulumi.sh"
 # What a simulated GCU node carries: NFD's Enflame PCI label and the driver's, and (third element of a node
 # spec) the GCUs a running device plugin would advertise, which post-deploy validation waits for.
-GCU_NODE_LABELS = {"feature.node.kubernetes.io/pci-1e36.present": "true", "enflame.com/gcu.driver.present": "true"}
+NFD_LABEL = "feature.node.kubernetes.io/pci-1e36.present"
+DRIVER_LABEL = "enflame.com/gcu.driver.present"
+GCU_NODE_LABELS = {NFD_LABEL: "true", DRIVER_LABEL: "true"}
 GCUS = {"capacity": {"enflame.com/gcu": "4"}}
 
 

@@ -22,6 +22,7 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 GCU_NODES = "pulumi-python:dynamic/gcu:GcuNodes"
 GCU_VALIDATION = "pulumi-python:dynamic/gcu:GcuValidation"
 CONTAINER_RUNTIME = "pulumi-python:dynamic/gcu:ContainerRuntime"
+DRIVER_UPGRADE = "pulumi-python:dynamic/gcu:DriverUpgrade"
 # The seed's default blueprint (shared/seeds/gcu-resource.json), shipped with the project.
 SEED_BLUEPRINT = PROJECT_DIR / "blueprints" / "gcu-resource.json"
 
@@ -172,7 +173,10 @@ class RecordingMonitor(runtime_mocks.MockMonitor):
 @dataclass
 class Run:
     registrations: list[Registration]
+    # The stack outputs; empty when any of them is unknown (as in a preview before the providers ran).
     outputs: dict[str, Any]
+    # The names of the stack outputs that are unknown (a preview).
+    unknown_outputs: frozenset[str] = frozenset()
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.registrations if r.type == type_]
@@ -225,11 +229,13 @@ def run_program(
     monitor = RecordingMonitor(mocks or ClusterMocks())
     pulumi.runtime.set_mocks(monitor.mocks, project="gcu-stack", stack="test", preview=preview, monitor=monitor)
     captured: dict[str, Any] = {}
+    unknown: set[str] = set()
 
     def program() -> None:
         main(project_dir)
         root = runtime_settings.get_root_resource()
         captured.update(_sync_await(pulumi.Output.from_input(root.outputs).future()) or {})
+        unknown.update(k for k, v in root.outputs.items() if not _sync_await(pulumi.Output.from_input(v).is_known()))
 
     try:
         _sync_await(run_pulumi_func(program))
@@ -237,7 +243,7 @@ def run_program(
         # What had been declared when it failed (a bad blueprint must have declared nothing).
         error.registrations = monitor.registrations  # type: ignore[attr-defined]
         raise
-    return Run(monitor.registrations, captured)
+    return Run(monitor.registrations, captured, frozenset(unknown))
 
 
 # ---------------------------------------------------------------------------- blueprints for tests
@@ -245,6 +251,7 @@ def run_program(
 SEED = json.loads(SEED_BLUEPRINT.read_text())
 DELETE = object()  # seed_spec(**{path: DELETE}) removes the key
 PASSWORD = "s3cr3t-Db-pa55"  # Nightingale's database password in tests (secret config)
+DIGEST = "sha256:" + "0123456789abcdef" * 4  # an image digest, for blueprints pinned by digest
 
 
 def seed_spec(**changes: Any) -> dict:

@@ -104,25 +104,7 @@ def device_plugin_daemonset(image: str, *, pull_policy: str = "Never", env: Opti
         spec["env"] = [{"name": k, "value": v} for k, v in env.items()]
     component = resolve(catalog.DEVICE_PLUGIN, BaseFields.model_validate(spec), "spec.devicePlugin")
     (workload,) = component.workloads
-    manifest = manifests.workload_manifest(component, workload, instance, manifests.PodAdditions())
-    return termination_log_off_readonly_dev(manifest)
-
-
-def termination_log_off_readonly_dev(manifest: dict) -> dict:
-    """Move the termination log of containers that mount the node's /dev read-only at /dev.
-
-    Found on the real node: the kubelet bind-mounts each container's termination log at
-    /dev/termination-log (the default terminationMessagePath); over a read-only bind of the
-    host's /dev, runc cannot create that mount point and the container never starts
-    ("error mounting ... to rootfs at /dev/termination-log: ... read-only file system").
-    Until components/ sets a terminationMessagePath elsewhere (or mounts the host's /dev
-    elsewhere), tests put it in /tmp; a manifest that already does is returned unchanged.
-    """
-    for container in manifest["spec"]["template"]["spec"]["containers"]:
-        readonly_dev = any(m.get("mountPath") == "/dev" and m.get("readOnly") for m in container.get("volumeMounts") or [])
-        if readonly_dev and container.get("terminationMessagePath", "/dev/termination-log").startswith("/dev/"):
-            container["terminationMessagePath"] = "/tmp/termination-log"
-    return manifest
+    return manifests.workload_manifest(component, workload, instance, manifests.PodAdditions())
 
 
 def allocatable_gcus(node) -> int:

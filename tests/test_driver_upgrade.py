@@ -7,10 +7,6 @@ PodDisruptionBudget and ordinary pods. A new driver image then rolls out node by
 
 from __future__ import annotations
 
-import json
-import threading
-import time
-
 import pytest
 
 from components.catalog import BY_KEY
@@ -19,6 +15,9 @@ from components.manifests import workload_manifest
 from components.model import PodAdditions
 from components.resolve import resolve
 from components.spec import BaseFields
+from driver_fixtures import CordonWatch, all_ready, apply, gcu_job, ordinary, pods, uids
+from engine import node
+from realnode_fixtures import wait_until
 
 GCU = {"feature.node.kubernetes.io/pci-1e36.present": "true", "enflame.com/gcu.present": "true"}
 NODES = [(f"gcu-node-{i}", dict(GCU), {"capacity": {"enflame.com/gcu": "4"}}) for i in range(1, 5)] + [("cpu-node-1", {})]
@@ -59,89 +58,17 @@ def props(cluster, **overrides) -> dict:
     return values
 
 
-def apply(cluster, objects: list) -> None:
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
-
-
-def pods(cluster, selector: str, namespace: str = "default") -> list[dict]:
-    return json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout)["items"]
-
-
-def node(cluster, name: str) -> dict:
-    return json.loads(cluster.kubectl("get", "node", name, "-o", "json").stdout)
-
-
-def wait_until(predicate, seconds: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
-
-
-def gcu_job(name: str, replicas: int) -> list[dict]:
-    labels = {"app": name}
-    return [
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"},
-         "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
-             "nodeSelector": {"enflame.com/gcu.present": "true"},
-             "containers": [{"name": "train", "image": "train:1", "resources": {"limits": {"enflame.com/gcu": "1"}}}]}}}},
-        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": "default"},
-         "spec": {"minAvailable": replicas - 1, "selector": {"matchLabels": labels}}},
-    ]
-
-
-def ordinary(name: str) -> dict:
-    labels = {"app": name}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"replicas": 4, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
-                "containers": [{"name": "web", "image": "web:1"}]}}}}
-
-
-def all_ready(cluster, selector: str, count: int, namespace: str = "default") -> bool:
-    found = [p for p in pods(cluster, selector, namespace) if not p["metadata"].get("deletionTimestamp")]
-    return len(found) == count and all(
-        any(c["type"] == "Ready" and c["status"] == "True" for c in (p.get("status") or {}).get("conditions") or []) for p in found
-    )
-
-
-class CordonWatch:
-    """The most nodes gcu-stack had cordoned at any one time (polled from the API server)."""
-
-    def __init__(self, cluster):
-        self.cluster, self.most, self._stop = cluster, 0, threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            items = json.loads(self.cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
-            ours = [n for n in items if (n["metadata"].get("annotations") or {}).get(du.CORDONED_ANNOTATION) == "true"]
-            self.most = max(self.most, len(ours))
-            time.sleep(0.2)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self.thread.join()
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     from devtools.localcluster import LocalCluster
 
     with LocalCluster(tmp_path_factory.mktemp("driver-upgrade"), nodes=NODES, audit=False) as running:
         apply(running, [manifest("driver", version="1.0"), manifest("devicePlugin")])
-        wait_until(lambda: all_ready(running, "app.kubernetes.io/name=enflame-gcu-driver", 4, "kube-system"), what="driver pods")
-        wait_until(lambda: all_ready(running, "app.kubernetes.io/name=enflame-gcu-k8s-plugin", 4, "kube-system"), what="plugin pods")
+        wait_until(lambda: all_ready(running, "app.kubernetes.io/name=enflame-gcu-driver", 4, "kube-system"), 60, what="driver pods")
+        wait_until(lambda: all_ready(running, "app.kubernetes.io/name=enflame-gcu-k8s-plugin", 4, "kube-system"), 60, what="plugin pods")
         apply(running, [*gcu_job("training", 2), ordinary("web")])
-        wait_until(lambda: all_ready(running, "app=training", 2) and all_ready(running, "app=web", 4), what="workloads")
+        wait_until(lambda: all_ready(running, "app=training", 2) and all_ready(running, "app=web", 4), 60, what="workloads")
         yield running
-
-
-def uids(cluster, selector: str) -> set:
-    return {p["metadata"]["uid"] for p in pods(cluster, selector)}
 
 
 def test_the_plan_in_waves_with_skips_and_the_worst_case(cluster):
@@ -181,8 +108,8 @@ def test_rollout_moves_only_gcu_pods_one_node_at_a_time_and_restores_every_node(
     assert not node(cluster, "gcu-node-1")["spec"].get("unschedulable")
     assert node(cluster, "gcu-node-3")["spec"]["unschedulable"] is True  # was cordoned before: still is
     assert uids(cluster, "app=web") == ordinary_before  # pods without a GCU were not touched
-    wait_until(lambda: all_ready(cluster, "app=training", 2), what="GCU jobs back")
-    wait_until(lambda: all_ready(cluster, "app.kubernetes.io/name=enflame-gcu-k8s-plugin", 4, "kube-system"), what="plugins back")
+    wait_until(lambda: all_ready(cluster, "app=training", 2), 60, what="GCU jobs back")
+    wait_until(lambda: all_ready(cluster, "app.kubernetes.io/name=enflame-gcu-k8s-plugin", 4, "kube-system"), 60, what="plugins back")
     cluster.kubectl("uncordon", "gcu-node-3")
     cluster.kubectl("label", "node", "gcu-node-4", f"{du.SKIP_LABEL}-")
 

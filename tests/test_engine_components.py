@@ -7,16 +7,14 @@ import json
 import pytest
 from pulumi import automation as auto
 
-from engine import engine_stack, outputs, set_json_config
+from engine import GCU_NODE_LABELS, engine_stack, outputs, set_json_config
 from realservers import PROJECT_DIR
 
-NFD = "feature.node.kubernetes.io/pci-1e36.present"
-DRIVER = "enflame.com/gcu.driver.present"
 # The GCU nodes advertise the GCU-share resource as its plugin would: post-deploy validation needs it.
 SHARES = {"capacity": {"enflame.com/gcu-memory": "64"}}
 NODES = [
-    ("gcu-node-1", {NFD: "true", DRIVER: "true"}, SHARES),
-    ("gcu-node-2", {NFD: "true", DRIVER: "true"}, SHARES),
+    ("gcu-node-1", GCU_NODE_LABELS, SHARES),
+    ("gcu-node-2", GCU_NODE_LABELS, SHARES),
     ("cpu-node-1", {}),
 ]
 PASSWORD = "n9e-Db-e2e-pw"

@@ -12,14 +12,13 @@ import pytest
 from pulumi import automation as auto
 
 from components.hoststate import driver_upgrade as du
-from engine import engine_stack, node, outputs, set_json_config
+from driver_fixtures import CordonWatch, all_ready, apply, gcu_job, ordinary, uids
+from engine import DRIVER_LABEL, GCU_NODE_LABELS, GCUS, engine_stack, node, outputs, set_json_config
 from harness import seed_spec
-from test_driver_upgrade import CordonWatch, all_ready, apply, gcu_job, ordinary, uids, wait_until
+from realnode_fixtures import wait_until
 
-NFD = "feature.node.kubernetes.io/pci-1e36.present"
-DRIVER_LABEL = "enflame.com/gcu.driver.present"
 GCU_NODES = ["gcu-node-1", "gcu-node-2", "gcu-node-3"]
-NODES = [(n, {NFD: "true", DRIVER_LABEL: "true"}, {"capacity": {"enflame.com/gcu": "4"}}) for n in GCU_NODES] + [("cpu-node-1", {})]
+NODES = [(n, GCU_NODE_LABELS, GCUS) for n in GCU_NODES] + [("cpu-node-1", {})]
 
 
 def spec(version: str) -> dict:
@@ -45,7 +44,7 @@ def test_1_first_up_deploys_the_driver_with_nothing_to_upgrade(upgrade):
     assert daemonset["spec"]["updateStrategy"] == {"type": "OnDelete"}
     assert set(out["driverUpgrade"]["nodes"].values()) == {"current"}
     apply(cluster, [*gcu_job("training", 2), ordinary("web")])
-    wait_until(lambda: all_ready(cluster, "app=training", 2) and all_ready(cluster, "app=web", 4), what="workloads")
+    wait_until(lambda: all_ready(cluster, "app=training", 2) and all_ready(cluster, "app=web", 4), 60, what="workloads")
 
 
 def test_2_the_preview_prints_the_plan_node_by_node(upgrade):

@@ -14,23 +14,20 @@ import pytest
 from pulumi import automation as auto
 
 from components.hoststate.cluster import core_api
-from engine import Engine, engine_stack, outputs, set_json_config
-from realservers import PROJECT_DIR, AuditLog
+from engine import GCU_NODE_LABELS, GCUS, Engine, changes, engine_stack, outputs, set_json_config
+from harness import seed_spec
+from realservers import AuditLog
 
-NFD = "feature.node.kubernetes.io/pci-1e36.present"
-DRIVER = "enflame.com/gcu.driver.present"
 MANAGED = "enflame.com/gcu.deploy.exporter"
 GCU_NODES = ["gcu-node-1", "gcu-node-2"]
-# The GCU nodes advertise enflame.com/gcu as their device plugin would: post-deploy validation needs it.
-GCUS = {"capacity": {"enflame.com/gcu": "4"}}
+# The GCU nodes advertise enflame.com/gcu as their device plugin would (GCUS): post-deploy validation needs it.
 NODES = [
-    ("gcu-node-1", {NFD: "true", DRIVER: "true", "team": "gcu"}, GCUS),
-    ("gcu-node-2", {NFD: "true", DRIVER: "true", "team": "gcu"}, GCUS),
+    ("gcu-node-1", {**GCU_NODE_LABELS, "team": "gcu"}, GCUS),
+    ("gcu-node-2", {**GCU_NODE_LABELS, "team": "gcu"}, GCUS),
     ("cpu-node-1", {"team": "cpu"}),
 ]
 # A node's docker config as an operator left it: odd formatting, unrelated keys.
 ORIGINAL = b'{\n  "log-level": "warn",\n    "labels": ["site=lab"]\n}\n'
-SEED = json.loads((PROJECT_DIR / "blueprints" / "gcu-resource.json").read_text())
 ADMIN = "admin"
 
 
@@ -134,15 +131,15 @@ def test_3_second_up_changes_nothing(e2e):
     assert before  # the time of the deploy, from the objects' server-side apply records
     time.sleep(1.1)  # managedFields times have a resolution of one second
     result = e2e.stack.up(on_output=lambda _: None)
-    changes = {k: v for k, v in result.summary.resource_changes.items() if k != "same"}
-    assert changes == {}, changes
+    changed = changes(result.summary.resource_changes)
+    assert changed == {}, changed
     assert last_update(e2e.stack) == before  # nothing changed, so neither did the time
 
 
 def test_4_changing_only_the_exporter_version_updates_only_the_exporter(e2e):
     deployed_at = last_update(e2e.stack)
     before = {(o["kind"], o["metadata"]["name"]): o["metadata"] for kind in ("DaemonSet", "ConfigMap", "ServiceAccount", "ClusterRole", "Service") for o in ours(e2e, kind)}
-    spec = json.loads(json.dumps(SEED["spec"]))
+    spec = seed_spec()
     spec["exporter"]["version"] = "2.1.0"
     e2e.stack.remove_config("gcu-stack:blueprint")
     set_json_config(e2e.stack, "spec", spec)

@@ -25,17 +25,15 @@ import pytest
 from pulumi import automation as auto
 
 from components.hoststate.cluster import core_api
-from engine import engine_stack, outputs, set_json_config
-from realservers import PROJECT_DIR
+from engine import GCU_NODE_LABELS, engine_stack, outputs, set_json_config
+from harness import seed_spec
 
-NFD = "feature.node.kubernetes.io/pci-1e36.present"
-DRIVER = "enflame.com/gcu.driver.present"
 # The GCU nodes advertise both GCU resources, as the device plugin or the GCU-share plugin would
 # (post-deploy validation looks for the one the deployed plugin advertises).
 GCU = {"capacity": {"enflame.com/gcu": "8", "enflame.com/gcu-memory": "64"}}
 NODES = [
-    ("gcu-node-1", {NFD: "true", DRIVER: "true"}, GCU),
-    ("gcu-node-2", {NFD: "true", DRIVER: "true"}, GCU),
+    ("gcu-node-1", GCU_NODE_LABELS, GCU),
+    ("gcu-node-2", GCU_NODE_LABELS, GCU),
     ("cpu-node-1", {}),
 ]
 PASSWORD = "n9e-Db-rename-pw"
@@ -78,10 +76,6 @@ def write_chart(path: Path) -> Path:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return path
-
-
-def seed() -> dict:
-    return json.loads((PROJECT_DIR / "blueprints" / "gcu-resource.json").read_text())["spec"]
 
 
 def every_component(spec: dict) -> dict:
@@ -225,7 +219,7 @@ def node_ports(cluster) -> dict[str, int]:
 
 def test_renaming_every_component_goes_through_and_never_runs_an_agent_twice(stack):
     stack, cluster = stack
-    first = every_component(seed())
+    first = every_component(seed_spec())
     started = time.monotonic()
     up(stack, first)
     deployed = time.monotonic() - started

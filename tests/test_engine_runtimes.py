@@ -21,17 +21,16 @@ from pulumi import automation as auto
 from components.hoststate import cri_client
 from devtools.containerd import Containerd, start_time
 from engine import GCU_NODE_LABELS, GCUS, changes, engine_stack, outputs, set_json_config
+from harness import CONTAINER_RUNTIME
 from realservers import PROJECT_DIR, PYTHON, reload_count
 
-GCU = GCU_NODE_LABELS
 NODES = [
-    ("gcu-docker-1", GCU, GCUS),
-    ("gcu-containerd-1", GCU, {"runtime": "containerd://1.6.20", **GCUS}),
-    ("gcu-crio-1", GCU, {"runtime": "cri-o://1.28.1", **GCUS}),
+    ("gcu-docker-1", GCU_NODE_LABELS, GCUS),
+    ("gcu-containerd-1", GCU_NODE_LABELS, {"runtime": "containerd://1.6.20", **GCUS}),
+    ("gcu-crio-1", GCU_NODE_LABELS, {"runtime": "cri-o://1.28.1", **GCUS}),
     ("cpu-node-1", {}),
 ]
 DOCKER_ORIGINAL = b'{\n  "log-level": "warn"\n}\n'
-CONTAINER_RUNTIME = "pulumi-python:dynamic/gcu:ContainerRuntime"
 
 
 def containerd_cli(state_dir: Path, *args: str) -> subprocess.CompletedProcess:

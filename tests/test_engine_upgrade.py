@@ -16,16 +16,13 @@ import tarfile
 import pytest
 from pulumi import automation as auto
 
-from engine import PROJECT_FILES, changes, engine_stack
+from engine import GCU_NODE_LABELS, GCUS, PROJECT_FILES, changes, engine_stack
 from realservers import PROJECT_DIR
 
 # The last commit before the architecture refactor (the landed day-1 release).
 BASELINE = "b77caa7"
-NFD = "feature.node.kubernetes.io/pci-1e36.present"
-DRIVER = "enflame.com/gcu.driver.present"
-# The GCU nodes advertise enflame.com/gcu as their device plugin would: post-deploy validation needs it.
-GCUS = {"capacity": {"enflame.com/gcu": "4"}}
-NODES = [("gcu-node-1", {NFD: "true", DRIVER: "true"}, GCUS), ("gcu-node-2", {NFD: "true", DRIVER: "true"}, GCUS), ("cpu-node-1", {})]
+# The GCU nodes advertise enflame.com/gcu as their device plugin would (GCUS): post-deploy validation needs it.
+NODES = [("gcu-node-1", GCU_NODE_LABELS, GCUS), ("gcu-node-2", GCU_NODE_LABELS, GCUS), ("cpu-node-1", {})]
 
 
 def export_release(commit: str, target) -> None:

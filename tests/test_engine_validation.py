@@ -12,18 +12,16 @@ from __future__ import annotations
 import pytest
 from pulumi import automation as auto
 
-from engine import engine_stack, outputs, set_json_config
+from engine import GCU_NODE_LABELS, GCUS, changes, engine_stack, outputs, set_json_config
+from harness import GCU_VALIDATION
 from realservers import AuditLog
 
-NFD = "feature.node.kubernetes.io/pci-1e36.present"
-DRIVER = "enflame.com/gcu.driver.present"
 GCU = "enflame.com/gcu"
 NODES = [
-    ("gcu-node-1", {NFD: "true", DRIVER: "true"}, {"capacity": {GCU: "4"}}),
-    ("gcu-node-2", {NFD: "true", DRIVER: "true"}),  # its device plugin advertises nothing (yet)
+    ("gcu-node-1", GCU_NODE_LABELS, GCUS),
+    ("gcu-node-2", GCU_NODE_LABELS),  # its device plugin advertises nothing (yet)
     ("cpu-node-1", {}),
 ]
-VALIDATION = "pulumi-python:dynamic/gcu:GcuValidation"
 MISSING = "gcu-node-2: no enflame.com/gcu in allocatable after 5 s — is the device plugin running there?"
 
 
@@ -47,7 +45,7 @@ def jobs_created(audit: AuditLog) -> list[str]:
 
 
 def validation_state(stack: auto.Stack) -> dict:
-    (resource,) = [r for r in stack.export_stack().deployment["resources"] if r["type"] == VALIDATION]
+    (resource,) = [r for r in stack.export_stack().deployment["resources"] if r["type"] == GCU_VALIDATION]
     return resource["outputs"]
 
 
@@ -110,7 +108,7 @@ def test_4_an_up_with_nothing_changed_runs_no_pod(e2e):
     audit = AuditLog(cluster)
     audit.mark()
     result = stack.up(on_output=lambda _: None)
-    assert {k: v for k, v in result.summary.resource_changes.items() if k != "same"} == {}
+    assert changes(result.summary.resource_changes) == {}
     assert jobs_created(audit) == []
     assert outputs(stack)["phase"] == "Running"
 

@@ -15,10 +15,9 @@ from components import objects
 from components.manifests import label_value, replaced_delete_first
 from components.names import FRONTS_ANNOTATION
 from components.settings import load_settings
-from harness import PASSWORD, full_spec, run_program, seed_spec
+from harness import DIGEST, PASSWORD, full_spec, run_program, seed_spec
 from k8s_schema import normalise, validate_all
 
-DIGEST = "sha256:" + "0123456789abcdef" * 4
 OTHER_DIGEST = "sha256:" + "fedcba9876543210" * 4
 NIGHTINGALE = {"nightingaleDbPassword": PASSWORD}
 

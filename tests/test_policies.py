@@ -29,7 +29,7 @@ from pulumi_policy import policy as policy_module
 from pulumi_policy.proxy import UNKNOWN_ARRAY_VALUE, UNKNOWN_OBJECT_VALUE, UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
 from harness import PROJECT_DIR as ROOT
-from harness import SEED_BLUEPRINT, run_program, seed_spec
+from harness import CONTAINER_RUNTIME, DIGEST, SEED_BLUEPRINT, run_program, seed_spec
 
 POLICIES_DIR = ROOT / "policies"
 sys.path.insert(0, str(POLICIES_DIR))
@@ -40,7 +40,6 @@ POLICY = {p.name: p for p in ALL_POLICIES}
 GCU_REPO = "artifact.enflame.cn/galaxy_docker_hub/gcu"
 ENFLAME_REPO = "artifact.enflame.cn/enflame_docker_images/enflame"
 PINNED = f"{GCU_REPO}/gcu-plugin:1.4.2"
-CONTAINER_RUNTIME = "pulumi-python:dynamic/gcu:ContainerRuntime"
 TYPES = {
     "Pod": "kubernetes:core/v1:Pod",
     "DaemonSet": "kubernetes:apps/v1:DaemonSet",
@@ -664,9 +663,6 @@ def test_every_component_with_the_catalog_defaults_passes_the_pack_as_it_ships(p
 
 
 # Digests: the opposite of floating -------------------------------------------------------------
-
-DIGEST = "sha256:" + "0123456789abcdef" * 4
-
 
 def test_a_blueprint_pinned_by_digest_passes_the_tag_rules_in_production():
     run = run_program({"spec": seed_spec(**{"exporter.version": DIGEST, "devicePlugin.image": f"gcu-plugin@{DIGEST}"})})

@@ -1,6 +1,6 @@
 """The stack (components/stack.py): each link waits for the objects of its nearest deployed predecessors."""
 
-from harness import CONTAINER_RUNTIME, GCU_NODES, SEED_BLUEPRINT, run_program, seed_spec
+from harness import CONTAINER_RUNTIME, DRIVER_UPGRADE, GCU_NODES, SEED_BLUEPRINT, run_program, seed_spec
 
 
 
@@ -16,7 +16,7 @@ def label(run, registration):
         return "gcuNodes"
     if registration.type == CONTAINER_RUNTIME:
         return "containerRuntime"
-    if registration.type == "pulumi-python:dynamic/gcu:DriverUpgrade":
+    if registration.type == DRIVER_UPGRADE:
         return "driverUpgrade"
     if registration.inputs.get("kind") in ("DaemonSet", "Deployment"):
         return run.by_urn(registration.parent).name
@@ -58,7 +58,7 @@ def test_driver_slots_in_between_gcu_nodes_and_toolkit():
     assert waits_for(run, "driver") == {"gcuNodes"}
     # The toolkit waits for the driver's step: the driver at its version on every GCU node.
     assert waits_for(run, "toolkit") == {"driverUpgrade"}
-    upgrade = run.single("pulumi-python:dynamic/gcu:DriverUpgrade")
+    upgrade = run.single(DRIVER_UPGRADE)
     assert run.by_urn(upgrade.parent).name == "driver"
     assert {label(run, run.by_urn(u)) for u in upgrade.dependencies} >= {"driver", "gcuNodes"}
 

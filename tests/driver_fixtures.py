@@ -1,0 +1,74 @@
+"""Helpers for the driver-upgrade tests (test_driver_upgrade.py, test_engine_driver_upgrade.py) on a real API server.
+
+What a cluster carries besides the stack's objects: GCU jobs with a PodDisruptionBudget and ordinary
+pods, applied server-side; whether pods are Ready; which nodes gcu-stack cordoned while a rollout ran.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from components.hoststate import driver_upgrade as du
+
+
+def apply(cluster, objects: list) -> None:
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+
+
+def pods(cluster, selector: str, namespace: str = "default") -> list[dict]:
+    return json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout)["items"]
+
+
+def uids(cluster, selector: str) -> set:
+    return {p["metadata"]["uid"] for p in pods(cluster, selector)}
+
+
+def gcu_job(name: str, replicas: int) -> list[dict]:
+    labels = {"app": name}
+    return [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"},
+         "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+             "nodeSelector": {"enflame.com/gcu.present": "true"},
+             "containers": [{"name": "train", "image": "train:1", "resources": {"limits": {"enflame.com/gcu": "1"}}}]}}}},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": "default"},
+         "spec": {"minAvailable": replicas - 1, "selector": {"matchLabels": labels}}},
+    ]
+
+
+def ordinary(name: str) -> dict:
+    labels = {"app": name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"replicas": 4, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+                "containers": [{"name": "web", "image": "web:1"}]}}}}
+
+
+def all_ready(cluster, selector: str, count: int, namespace: str = "default") -> bool:
+    found = [p for p in pods(cluster, selector, namespace) if not p["metadata"].get("deletionTimestamp")]
+    return len(found) == count and all(
+        any(c["type"] == "Ready" and c["status"] == "True" for c in (p.get("status") or {}).get("conditions") or []) for p in found
+    )
+
+
+class CordonWatch:
+    """The most nodes gcu-stack had cordoned at any one time (polled from the API server)."""
+
+    def __init__(self, cluster):
+        self.cluster, self.most, self._stop = cluster, 0, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            items = json.loads(self.cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+            ours = [n for n in items if (n["metadata"].get("annotations") or {}).get(du.CORDONED_ANNOTATION) == "true"]
+            self.most = max(self.most, len(ours))
+            time.sleep(0.2)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self.thread.join()
