@@ -49,6 +49,10 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
+# Log files of the servers this process started, oldest first: a failing test shows their tails (tests/conftest.py).
+SERVER_LOGS: list[Path] = []
+
+
 def spawn(argv: Sequence[str], log_path: Path, *, detach: bool, env: Optional[dict] = None,
           cwd: Optional[Path] = None) -> subprocess.Popen:
     """Start a server process in its own session, stdout+stderr appended to log_path.
@@ -62,6 +66,8 @@ def spawn(argv: Sequence[str], log_path: Path, *, detach: bool, env: Optional[di
     import threading
     pdeath = not detach and threading.current_thread() is threading.main_thread()
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    if log_path not in SERVER_LOGS:
+        SERVER_LOGS.append(log_path)
     log = open(log_path, "ab", buffering=0)
     log.write(f"\n==== {time.strftime('%H:%M:%S')} exec: {' '.join(map(str, argv))}\n".encode())
     try:
@@ -87,6 +93,25 @@ def pid_alive(pid: int) -> bool:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
+        return False
+
+
+def start_time(pid: int) -> int:
+    """A process's start time (clock ticks since boot, /proc/PID/stat field 22): with the PID, its identity."""
+    with open(f"/proc/{pid}/stat") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[19])
+
+
+def owner(pid: int) -> dict:
+    """A record naming process `pid` for good (PIDs are reused), for `owner_alive`."""
+    return {"pid": pid, "start_time": start_time(pid)}
+
+
+def owner_alive(record: Any) -> bool:
+    """Whether the process an `owner` record names still runs (not a later process with the same PID)."""
+    try:
+        return pid_alive(record["pid"]) and start_time(record["pid"]) == record["start_time"]
+    except (OSError, KeyError, TypeError, ValueError, IndexError):
         return False
 
 
@@ -248,6 +273,6 @@ def nothing_running(command: str, *, say: str = "") -> int:
 
 __all__ = [
     "CACHE_DIR", "TOOLCHAIN_HINT", "ToolchainMissing", "ComponentFailed",
-    "spawn", "pid_alive", "pid_matches", "kill_pid", "kill_matching", "log_tail", "free_port",
+    "SERVER_LOGS", "spawn", "pid_alive", "start_time", "owner", "owner_alive", "pid_matches", "kill_pid", "kill_matching", "log_tail", "free_port",
     "write_json", "https_request", "StartStop", "exit_codes", "nothing_running",
 ]

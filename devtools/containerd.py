@@ -58,12 +58,6 @@ def find_binaries() -> dict:
     return found
 
 
-def start_time(pid: int) -> int:
-    """A process's start time (clock ticks since boot, /proc/PID/stat field 22): with the PID, its identity."""
-    with open(f"/proc/{pid}/stat") as handle:
-        return int(handle.read().rsplit(")", 1)[1].split()[19])
-
-
 class Containerd(Daemon):
     """A private containerd: ``config_file``, ``socket``, ``pidfile``, ``root``, ``state``, ``log_file``, ``pid``.
 
@@ -124,6 +118,10 @@ class Containerd(Daemon):
         """A `systemctl restart containerd` for this instance (runs the CLI's `restart`)."""
         project = Path(__file__).resolve().parent.parent
         return ["env", f"PYTHONPATH={project}", sys.executable, "-m", "devtools.containerd", "restart", "--state-dir", str(self.workdir)]
+
+    def machine_roots(self) -> list[Path]:
+        # task root filesystems and sandbox mounts
+        return [self.root, self.state]
 
     # ---- lifecycle
     def start(self, timeout: float = 60.0) -> "Containerd":

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from devtools import ComponentFailed, StartStop, log_tail, nothing_running, pid_matches, spawn, write_json
+from devtools.sweep import claim_server, release_server
 
 
 class Daemon(StartStop):
@@ -70,6 +71,8 @@ class Daemon(StartStop):
         env = {**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin:" + os.environ.get("PATH", "")}
         self.proc = spawn(argv, self.log_file, detach=self.detach, env=env, cwd=cwd)
         self.pid = self.proc.pid
+        # if this server is killed rather than stopped, the next run's sweep finds what it mounted by this record
+        claim_server(self.NAME, self.workdir, self.pid, self.machine_roots(), self.short_dir)
         while True:
             if self.proc.poll() is not None:
                 raise self._fail(f"exited during startup (exit code {self.proc.returncode})")
@@ -81,6 +84,10 @@ class Daemon(StartStop):
                 raise error
             time.sleep(interval)
         self.startup_seconds = time.monotonic() - started
+
+    def machine_roots(self) -> list[Path]:
+        """Directories the server makes mounts in, on this machine (devtools.sweep unmounts them if it is killed)."""
+        return []
 
     def _fail(self, why: str) -> ComponentFailed:
         return ComponentFailed(f"{self.NAME} {why}\n--- last lines of {self.log_file} ---\n{log_tail(self.log_file, 40)}")
@@ -95,6 +102,7 @@ class Daemon(StartStop):
     def _forget(self, *stale: Path) -> None:
         """After a stop: no process, no short directory of ours, no state file (nor the `stale` files)."""
         self.pid, self.proc = None, None
+        release_server(self.NAME, self.workdir)
         if self.short_dir is not None and str(self.short_dir).startswith(f"/tmp/{self.SHORT_PREFIX}"):
             shutil.rmtree(self.short_dir, ignore_errors=True)
         for path in (self.workdir / "state.json", *stale):

@@ -158,6 +158,10 @@ class Dockerd(Daemon):
         e["DOCKER_HOST"] = self.host
         return e
 
+    def machine_roots(self) -> list[Path]:
+        # its data root becomes a shared bind mount of itself; containers' shm and overlay mounts live below
+        return [self.data_root]
+
     # ---- lifecycle
     def start(self, timeout: float = 60.0) -> "Dockerd":
         if self.pid and pid_alive(self.pid):

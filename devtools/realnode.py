@@ -111,7 +111,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from devtools import (CACHE_DIR, TOOLCHAIN_HINT, ComponentFailed, StartStop, ToolchainMissing, exit_codes,
-                      https_request, kill_pid, log_tail, pid_alive, spawn, write_json)
+                      https_request, kill_pid, log_tail, owner, owner_alive, pid_alive, spawn, write_json)
 
 K8S_VERSION = os.environ.get("GCU_K8S_VERSION", "1.33.4")
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -144,6 +144,9 @@ _CLONE_NEWNET = 0x40000000
 _LOCK = CACHE_DIR / "realnode.lock"
 _RUN_NETNS_MARKER = CACHE_DIR / "realnode-made-run-netns"
 _CGROUP_MARKER = CACHE_DIR / "realnode-made-k8s-cgroups"
+# <name>.json per node being started or running: the process starting it and its workdir. Machine-wide (a killed
+# session ran in another folder than the next run), so sweep_stale tells a node still starting from a dead one.
+_OWNERS = CACHE_DIR / "realnodes"
 
 
 @contextlib.contextmanager
@@ -254,6 +257,17 @@ def _ppid(pid: int) -> Optional[int]:
 
 def _all_pids() -> list[int]:
     return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+
+
+def _record_owner(name: str, workdir: Path) -> None:
+    write_json(_OWNERS / f"{name}.json", {**owner(os.getpid()), "workdir": str(workdir)})
+
+
+def _owner_record(name: str) -> Optional[dict]:
+    try:
+        return json.loads((_OWNERS / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _ancestors(pid: int) -> set[int]:
@@ -662,6 +676,7 @@ class RealNode(StartStop):
             teardown(st, log=lambda m: print(m, file=sys.stderr))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
+        _record_owner(self.name, self.workdir)
         try:
             self._check_server()
             self._setup_network()
@@ -1439,6 +1454,8 @@ def teardown(st: Mapping, *, delete_node: bool = False, procs: Optional[Mapping[
                 log(f"realnode {name}: could not delete the Node object: {e}")
     if problems:
         log(f"realnode {name}: teardown left: " + "; ".join(problems))
+    else:
+        (_OWNERS / f"{name}.json").unlink(missing_ok=True)
     return problems
 
 
@@ -1467,30 +1484,55 @@ def _agents_netns() -> set[str]:
 
 
 def sweep_stale(min_age: float = 60.0, log=print, only: Optional[Iterable[str]] = None) -> list[str]:
-    """Remove every real node of this machine that nobody runs any more: a gcurn-* network namespace
-    older than `min_age` seconds with no kubelet in it and no agent for it (its test run and its
-    agent were both killed). `only`: just these node names. Returns the names of the nodes removed."""
+    """Remove every real node of this machine that nobody runs any more: one whose starter is dead (its owner
+    record) and that has no kubelet in its network namespace and no agent (its run was killed, or the node half
+    started). A node without an owner record (made by older code) counts only when its gcurn-* network namespace
+    is older than `min_age` seconds. `only`: just these node names. Returns the names of the nodes removed."""
     only = None if only is None else set(only)  # read once: it may be a generator
     removed = []
     try:
-        names = [n for n in os.listdir("/run/netns") if n.startswith(NETNS_PREFIX)]
+        names = {n[len(NETNS_PREFIX):] for n in os.listdir("/run/netns") if n.startswith(NETNS_PREFIX)}
     except OSError:
-        return removed
+        names = set()
+    names |= {p.stem for p in _OWNERS.glob("*.json")}
     served = _agents_netns()
-    for ns in names:
-        name = ns[len(NETNS_PREFIX):]
+    for name in sorted(names):
         if only is not None and name not in only:
             continue
-        try:
-            age = time.time() - os.stat(f"/run/netns/{ns}").st_mtime
-        except OSError:
+        ns = netns_name(name)
+        record = _owner_record(name)
+        if (record and owner_alive(record)) or ns in served or running_owner(name):
             continue
-        if age < min_age or ns in served or running_owner(name):
-            continue
-        log(f"realnode: removing the abandoned node {name} (network namespace {ns}, {age:.0f}s old, no kubelet, no agent)")
-        teardown({"name": name, "netns": ns, "link": link_name(name)}, log=log)
+        if record is None:
+            try:
+                age = time.time() - os.stat(f"/run/netns/{ns}").st_mtime
+            except OSError:
+                continue
+            if age < min_age:
+                continue
+        log(f"realnode: removing the abandoned node {name} (network namespace {ns}; its starter, kubelet and "
+            "agent are gone)")
+        teardown(_stale_state(name, record), log=log)
         removed.append(name)
     return removed
+
+
+def _stale_state(name: str, record: Optional[Mapping]) -> dict:
+    """What teardown needs of a dead node: its names, and from its workdir's state (when the owner record names one)
+    the directories it used. Not its pids or mount namespace: those numbers may belong to others by now."""
+    st = {"name": name, "netns": netns_name(name), "link": link_name(name)}
+    workdir = (record or {}).get("workdir")
+    if workdir:
+        st["workdir"] = workdir
+        for file in ("state.json", "stopped.json"):
+            try:
+                saved = json.loads((Path(workdir) / file).read_text())
+            except (OSError, ValueError):
+                continue
+            if saved.get("name") == name:
+                st["short_dir"] = saved.get("short_dir")
+                break
+    return st
 
 
 def running_owner(name: str) -> Optional[str]:

@@ -8,6 +8,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup.sh"
 eval "$("$ROOT/scripts/toolchain.sh" all)"
 cd "$ROOT"
+# What killed earlier runs left on this machine (a session's real nodes, etcd data in /dev/shm, dockerd mounts) goes
+# first: nothing of this run is starting yet, so nothing is spared for its age (devtools/sweep.py).
+.venv/bin/python -m devtools.sweep --min-age 0
 started=$(date +%s.%N)
 rc=0
 # Test modules run side by side, each whole on one worker (most engine modules share one stack across their

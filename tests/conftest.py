@@ -1,8 +1,10 @@
 """Test setup: the project and tests/ on sys.path, the program runs most tests share, the real-node lock."""
 
 import fcntl
+import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,40 @@ for path in (ROOT, ROOT / "tests"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+from devtools import SERVER_LOGS, log_tail  # noqa: E402
 from harness import SEED_BLUEPRINT, run_full, run_program  # noqa: E402
+
+SERVER_LOG_TAILS = 8          # logs shown with a failure: the ones written last
+SERVER_LOG_LINES = 25
+SERVER_LOG_RECENT_SECONDS = 900
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test carries the tail of each real server's log this worker started and wrote to lately (etcd,
+    kube-apiserver, kubelet, containerd, dockerd ...), so CI's output holds the cause, not only the symptom."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    now = time.time()
+    recent = []
+    for path in SERVER_LOGS:
+        try:
+            modified = path.stat().st_mtime
+        except OSError:
+            continue
+        if now - modified < SERVER_LOG_RECENT_SECONDS:
+            recent.append((modified, path))
+    tails = [(f"last {SERVER_LOG_LINES} lines of {path}", log_tail(path, SERVER_LOG_LINES))
+             for _, path in sorted(recent, reverse=True)[:SERVER_LOG_TAILS]]
+    report.sections.extend(tails)
+    collected = os.environ.get("GCU_FAILURE_LOGS")   # .ci/run prints it last, where CI's log is kept
+    if collected and tails:
+        text = "".join(f"--- {title}\n{tail.rstrip()}\n" for title, tail in tails)
+        with open(collected, "a") as out:
+            out.write(f"=== {item.nodeid} ({report.when})\n{text}")
+
 
 @pytest.fixture(scope="module")
 def real_node_machine():

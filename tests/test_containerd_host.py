@@ -23,7 +23,8 @@ import pytest
 
 from components.hoststate import containerd_host as ch
 from components.hoststate import cri_client
-from devtools.containerd import Containerd, start_time
+from devtools import start_time
+from devtools.containerd import Containerd
 from realservers import PROJECT_DIR, PYTHON
 
 NODE = "gcu-node-1"

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from devtools import ToolchainMissing  # noqa: E402
+from devtools import ToolchainMissing, log_tail  # noqa: E402
 from devtools.dockerd import Dockerd, find_binaries  # noqa: E402
 from devtools.localcluster import (DEFAULT_RUNTIME, ETCD_VERSION, GCU_LABEL, K8S_VERSION,  # noqa: E402
                                    LocalCluster, Toolchain)
@@ -203,7 +203,14 @@ def test_daemonset_deployment_gc_namespace(cluster):
         ep = kjson(c, "-n", "smoke", "get", "endpoints", "web")
         addrs = [a["ip"] for s in ep.get("subsets") or [] for a in s.get("addresses") or []]
         return addrs if len(addrs) == 2 else None
-    addrs = wait_for(endpoints, 60, what="2 endpoint addresses for service web")
+    try:   # the endpoints controller follows the pods kwok marks Ready; on a loaded machine that takes a while
+        addrs = wait_for(endpoints, 180, what="2 endpoint addresses for service web")
+    except AssertionError as e:
+        pods = [(p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase"), p["status"].get("podIP"),
+                 [c["type"] + "=" + c["status"] for c in p["status"].get("conditions") or []])
+                for p in kjson(c, "-n", "smoke", "get", "pods", "-l", "app=web")["items"]]
+        raise AssertionError(f"{e}\nweb pods: {pods}\n--- kube-controller-manager log ---\n"
+                             f"{log_tail(Path(c.log_path('kube-controller-manager')), 30)}") from None
     assert all(a.startswith("10.244.") for a in addrs), addrs
     web_nodes = {p["spec"]["nodeName"] for p in kjson(c, "-n", "smoke", "get", "pods", "-l", "app=web")["items"]}
     assert "gcu-node-2" not in web_nodes, "untolerated taint ignored"

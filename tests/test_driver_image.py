@@ -295,7 +295,10 @@ def test_other_version_held_by_modules_is_left_alone_and_named(dockerd, image, n
 def test_other_version_held_by_a_process_waits_until_it_is_gone(dockerd, image, node, run):
     load(node, OLD)
     # A real process holding a device file open, as a GCU workload does (hostPID on a node).
-    container = run(shell="sleep 600 3</node/dev/gcu0 & echo $! >/node/holder.pid")
+    # The entrypoint starts once the holder has the device open as `sleep` (it scans /proc once before it waits: a
+    # loaded machine once let it start before the backgrounded child had opened the file, and unload the module).
+    container = run(shell="sleep 600 3</node/dev/gcu0 & h=$!; echo $h >/node/holder.pid; "
+                          'until [ -e /proc/$h/fd/3 ] && [ "$(cat /proc/$h/comm)" = sleep ]; do sleep 0.05; done')
     output = wait_for_log(dockerd, container, "looking again every 1s")
     print(output)
     holder = (node / "holder.pid").read_text().strip()

@@ -19,7 +19,8 @@ import pytest
 from pulumi import automation as auto
 
 from components.hoststate import cri_client
-from devtools.containerd import Containerd, start_time
+from devtools import start_time
+from devtools.containerd import Containerd
 from engine import GCU_NODE_LABELS, GCUS, changes, engine_stack, outputs, set_json_config
 from harness import CONTAINER_RUNTIME
 from realservers import PROJECT_DIR, PYTHON, reload_count

@@ -32,6 +32,7 @@ import pytest
 from devtools import fakegcu, imagebuild
 from devtools.localcluster import LocalCluster
 from devtools.realnode import RealNode, RealNodeError, leftovers, link_name, netns_name
+from devtools.sweep import sweep_machine
 from realnode_fixtures import (GCU_RESOURCE, allocatable_gcus, apply, device_plugin_daemonset, get, shell_pod,
                                wait_pod_phase, wait_until)
 
@@ -64,7 +65,9 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def machine_before(real_node_machine):
-    """What the machine looks like before any real node."""
+    """What the machine looks like before any real node, once what killed runs left is gone (their nodes' links,
+    the /run/netns mount)."""
+    sweep_machine()
     etc = Path("/etc/containerd/config.toml")
     return {"links": _machine_links(), "run-netns-mount": " /run/netns " in Path("/proc/self/mountinfo").read_text(),
             "etc-containerd": etc.read_bytes() if etc.exists() else None}
@@ -385,6 +388,33 @@ def _ready(cluster, name: str) -> bool:
 
 # --------------------------------------------------------------------------- cleanup
 
+HALF_STARTER = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, {project!r})
+    from devtools.realnode import RealNode
+    # killed outright right after its network is made, before its agent or kubelet exist (a test run killed midway)
+    RealNode._start_agent = lambda self: os.kill(os.getpid(), signal.SIGKILL)
+    RealNode({workdir!r}, {name!r}, {kubeconfig!r}).start()
+""")
+
+
+def test_a_node_killed_while_starting_is_swept_at_once_and_a_running_one_never(cluster, node, tmp_path):
+    from devtools import realnode
+
+    name = f"gcu-{RUN}-half"
+    script = HALF_STARTER.format(project=str(PROJECT_DIR), workdir=str(tmp_path / "half"), name=name,
+                                 kubeconfig=cluster.kubeconfig)
+    starter = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert starter.returncode == -signal.SIGKILL, starter.stderr
+    assert os.path.exists(f"/run/netns/{netns_name(name)}") and os.path.exists(f"/sys/class/net/{link_name(name)}")
+    assert (realnode._OWNERS / f"{name}.json").exists()
+    # However young: its owner record names a dead starter. The module's node is running: never taken.
+    assert realnode.sweep_stale(min_age=3600, only=[name, NODE], log=lambda m: None) == [name]
+    assert not any(leftovers({"name": name, "netns": netns_name(name), "workdir": str(tmp_path / "half")}).values())
+    assert not (realnode._OWNERS / f"{name}.json").exists()
+    assert (realnode._OWNERS / f"{NODE}.json").exists() and node.api.get(f"/api/v1/nodes/{NODE}")
+
+
 def test_stop_leaves_nothing_behind(cluster, node, gcu_plugin, machine_before, capsys):
     # a running GCU pod and a hostNetwork pod while stopping: their processes must go too
     apply(cluster, shell_pod("busy-gcu", node.sandbox_image, "sleep 3600", limits={GCU_RESOURCE: "1"}))
@@ -526,13 +556,15 @@ def test_the_machine_is_as_before(machine_before):
 
     assert not [link for link in _machine_links() if link.startswith(realnode.LINK_PREFIX)
                 and link not in machine_before["links"]]
-    ours = [n for n in (os.listdir("/run/netns") if os.path.isdir("/run/netns") else []) if RUN in n]
-    assert ours == []
+    netns = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []   # the last node's teardown removes it
+    assert [n for n in netns if RUN in n] == []
+    others = any(n.startswith(realnode.NETNS_PREFIX) for n in netns)   # another run's real node still runs
     mountinfo = Path("/proc/self/mountinfo").read_text()
-    assert (" /run/netns " in mountinfo) == machine_before["run-netns-mount"] or any(
-        n.startswith(realnode.NETNS_PREFIX) for n in os.listdir("/run/netns")), "a real node left /run/netns mounted"
+    # Mounted now but not before, with no real node left: ours. (Mounted before and gone now: the last node's teardown
+    # unmounted one that an earlier run had left.)
+    assert not (" /run/netns " in mountinfo and not machine_before["run-netns-mount"]) or others, \
+        "a real node left /run/netns mounted"
     assert "gcu-realnode" not in mountinfo and "realnode" not in mountinfo
     # the k8s.io cgroup parents real nodes made are gone unless another real node still runs
-    assert not realnode._CGROUP_MARKER.exists() or any(
-        n.startswith(realnode.NETNS_PREFIX) for n in os.listdir("/run/netns"))
+    assert not realnode._CGROUP_MARKER.exists() or others
     assert not any(Path("/dev").glob("gcu*")) and not os.path.lexists("/dev/termination-log")

@@ -1,0 +1,102 @@
+"""devtools/sweep.py against real servers: what a killed etcd and a killed dockerd (with a container running) leave
+on the machine is removed by the next sweep, and what live ones hold is left alone. (Real nodes: test_realnode.py.)
+Never skipped."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from devtools import pid_alive, pid_cmdline
+from devtools.dockerd import BASE_IMAGE, Dockerd
+from devtools.localcluster import LocalCluster
+from devtools.sweep import SERVERS, sweep_etcd_tmpfs, sweep_servers
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _mounts_under(path: Path) -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    return [m for m in points if m == str(path) or m.startswith(f"{path}/")]
+
+
+def _processes_naming(text: str) -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and text in "\0".join(pid_cmdline(int(p)))]
+
+
+def _kill_outright(pids) -> None:
+    """SIGKILL, as the end of a session does: no process gets to clean up."""
+    pids = list(pids)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_a_killed_clusters_etcd_data_is_removed_from_dev_shm_and_a_live_ones_is_kept(tmp_path):
+    with LocalCluster(tmp_path / "live", nodes=[], audit=False) as live:
+        killed = LocalCluster(tmp_path / "killed", nodes=[], audit=False).start()
+        data = killed.etcd_data_dir
+        assert str(data).startswith("/dev/shm/gcu-etcd-") and data.is_dir()
+        _kill_outright(c.pid for c in killed.components.values())
+
+        assert str(data) not in sweep_etcd_tmpfs(min_age=3600, log=lambda m: None)   # too young to be sure: left
+        _age(data)   # (rather than min_age=0, which could take another test worker's cluster that is starting)
+        assert str(data) in sweep_etcd_tmpfs(min_age=3600, log=lambda m: None)
+        assert not data.exists()
+        assert live.etcd_data_dir.is_dir()
+        assert live.api.get("/version")["gitVersion"]                      # its etcd still serves
+
+
+def test_a_killed_dockerds_mounts_processes_and_short_directory_go_and_a_live_ones_stay(tmp_path):
+    with Dockerd(tmp_path / "live") as live:
+        killed = Dockerd(tmp_path / "killed").start()
+        killed.ensure_base_image()
+        killed.docker("run", "-d", "--network", "none", BASE_IMAGE, "sleep", "600")
+        short = killed.short_dir
+        record = [p for p in SERVERS.glob("dockerd-*.json") if str(killed.workdir) in p.read_text()]
+        assert len(record) == 1, "the dockerd recorded what it owns"
+        # everything of it dies at once: dockerd, its containerd, the shim, the container
+        victims = {killed.pid, *_processes_naming(str(short))}
+        victims |= {int(p) for p in os.listdir("/proc") if p.isdigit() and _in_subtree(int(p), victims)}
+        _kill_outright(victims)
+        left = _mounts_under(killed.data_root) + _mounts_under(short)
+        assert left, "a killed dockerd leaves mounts (its data root's own bind mount at least)"
+        live_mounts = _mounts_under(live.data_root) + _mounts_under(live.short_dir)
+
+        assert not [r for r in sweep_servers(min_age=3600, log=lambda m: None) if str(killed.workdir) in r]
+        _age(record[0])   # recorded long ago, as a killed session's server was
+        removed = sweep_servers(min_age=3600, log=lambda m: None)
+        assert [r for r in removed if str(killed.workdir) in r], removed
+        assert _mounts_under(killed.data_root) == _mounts_under(short) == []
+        assert not short.exists() and not record[0].exists()
+        assert not _processes_naming(str(short))
+        # the live one: untouched and answering
+        assert _mounts_under(live.data_root) + _mounts_under(live.short_dir) == live_mounts
+        assert live.docker("version", "--format", "{{.Server.Version}}").stdout.strip()
+
+
+def _age(path: Path, seconds: float = 7200) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def _in_subtree(pid: int, roots: set) -> bool:
+    seen = set()
+    while pid > 1 and pid not in seen:
+        if pid in roots:
+            return True
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            return False
+    return False
