@@ -15,11 +15,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from engine import GCU_NODE_LABELS, GCUS, engine_stack  # noqa: E402
+
 from components import links  # noqa: E402
 from components.chain import stages  # noqa: E402
 from components.settings import load_settings  # noqa: E402
-from engine import GCU_NODE_LABELS, GCUS, engine_stack  # noqa: E402
-
 
 
 def nodes(count: int) -> list:

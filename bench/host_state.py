@@ -19,10 +19,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from realservers import AuditLog, runtime_props, start_dockerd, stop_dockerd  # noqa: E402
+
 from components.hoststate.cluster import core_api  # noqa: E402
 from components.hoststate.container_runtime import ContainerRuntimeProvider  # noqa: E402
 from components.hoststate.gcu_nodes import GcuNodesProvider  # noqa: E402
-from realservers import AuditLog, runtime_props, start_dockerd, stop_dockerd  # noqa: E402
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 COMPONENTS = ["devicePlugin", "exporter", "gfd", "toolkit"]

@@ -275,7 +275,7 @@ def declare_images(
     if problems:
         raise BlueprintError(problems, "stack config")
     references = {}
-    for key, entry in wanted.items():
+    for key in wanted:
         if key not in deployed:
             pulumi.log.warn(f"{CONFIG_KEY}.{key}.build is true but spec.{key} is not deployed: the image is built, nothing runs it")
         spec = build_spec(key, options, packages[key], project_dir)

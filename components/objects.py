@@ -400,7 +400,8 @@ def problems(settings: StackSettings, built: Optional[Plan] = None) -> list[str]
         add(_label_problems(obj, (spec.get("selector") or {}).get("matchLabels") if obj.kind != "Service" else spec.get("selector"), "its selector"))
         host_path = (spec.get("hostPath") or {}).get("path") if obj.kind == "PersistentVolume" else None
         if host_path is not None and _host_path_problem(host_path):
-            add([f"{_origin(host_path, sources)}: {show(host_path)!r} is the hostPath of {obj.describe()} and {_host_path_problem(host_path)}; use a plain absolute path"])
+            add([f"{_origin(host_path, sources)}: {show(host_path)!r} is the hostPath of {obj.describe()} and "
+                 f"{_host_path_problem(host_path)}; use a plain absolute path"])
         pod = _pod(obj.manifest)
         if pod is None:
             continue
@@ -416,7 +417,8 @@ def problems(settings: StackSettings, built: Optional[Plan] = None) -> list[str]
         for volume in pod_spec.get("volumes") or []:
             path = (volume.get("hostPath") or {}).get("path")
             if path is not None and _host_path_problem(path):
-                add([f"{_origin(path, sources)}: {show(path)!r} is mounted from the host by {obj.describe()} and {_host_path_problem(path)}; use a plain absolute path"])
+                add([f"{_origin(path, sources)}: {show(path)!r} is mounted from the host by {obj.describe()} and "
+                     f"{_host_path_problem(path)}; use a plain absolute path"])
     add(_clash_problems(clashes))
     for release in found.releases:
         add(_release_problems(release))

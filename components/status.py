@@ -94,7 +94,7 @@ def status_outputs(
     checks = pulumi.Output.all(*[(steps_done or {})[k] for k in keys])
     # (component statuses, keys of the steps not done)
     state = pulumi.Output.all(statuses, checks).apply(
-        lambda both: (both[0], [k for k, done in zip(keys, both[1]) if not done])
+        lambda both: (both[0], [k for k, done in zip(keys, both[1], strict=True) if not done])
     )
 
     def ready_count(values: list[dict]) -> int:

@@ -242,7 +242,7 @@ class Dockerd(Daemon):
             return int(self.pidfile.read_text().strip())
         except (OSError, ValueError):
             if self.pid is None:
-                raise RuntimeError("dockerd is not running")
+                raise RuntimeError("dockerd is not running") from None
             return self.pid
 
     # ---- CLI helpers

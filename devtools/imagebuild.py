@@ -17,10 +17,10 @@ import gzip
 import io
 import os
 import random
+import shutil
 import subprocess
 import tarfile
 import time
-import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path

@@ -47,9 +47,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
+from devtools import (
+    CACHE_DIR,
+    TOOLCHAIN_HINT,
+    ComponentFailed,
+    StartStop,
+    ToolchainMissing,
+    exit_codes,
+    free_port,
+    https_request,
+    kill_pid,
+    log_tail,
+    nothing_running,
+    pid_matches,
+    spawn,
+    write_json,
+)
 from devtools.fakegcu import GCU_RESOURCE  # what the GCU device plugin advertises
-from devtools import (CACHE_DIR, TOOLCHAIN_HINT, ComponentFailed, StartStop, ToolchainMissing, exit_codes, free_port,
-                      https_request, kill_pid, log_tail, nothing_running, pid_matches, spawn, write_json)
 
 K8S_VERSION = os.environ.get("GCU_K8S_VERSION", "1.33.4")      # devtools/go/go.mod
 ETCD_VERSION = os.environ.get("GCU_ETCD_VERSION", "3.5.21")     # devtools/etcd/go.mod
@@ -385,7 +399,7 @@ class LocalCluster(StartStop):
             atexit.register(self.stop)
             self._atexit_registered = True
         last_err: Optional[Exception] = None
-        for attempt in range(3):   # retry only on port races ("address already in use")
+        for _attempt in range(3):   # retry only on port races ("address already in use")
             try:
                 self._start_once(tc, timeout)
                 self._started = True
@@ -761,7 +775,7 @@ class LocalCluster(StartStop):
             "workdir": str(self.workdir), "kubeconfig": self.kubeconfig, "server": self.server,
             "audit_log": self.audit_log if self.audit else None, "ports": self.ports,
             "etcd_data_dir": str(self.etcd_data_dir) if self.etcd_data_dir else None,
-            "nodes": [[n, l, e] for n, l, e in self.nodes], "detach": self.detach,
+            "nodes": [list(node) for node in self.nodes], "detach": self.detach,
             "components": {n: {"pid": c.pid, "exe": c.exe, "log": str(c.log)} for n, c in self.components.items()},
             "timings": self.timings, "k8s_version": K8S_VERSION, "kwok_version": KWOK_VERSION,
         }

@@ -41,7 +41,8 @@ What the node is made of (everything it writes lives under ``workdir``):
   ``vm.overcommit_memory``, ...) are shadowed in that namespace by files holding the
   values it wants, so it writes none of them.
 * **containerd** (Debian 1.6): own config (``version = 2``), root, state, gRPC socket
-  (``/run/containerd/containerd.sock`` in the node, ``containerd_socket`` here), CRI with ``restrict_oom_score_adj``, ``disable_apparmor``, the ``native`` snapshotter,
+  (``/run/containerd/containerd.sock`` in the node, ``containerd_socket`` here), CRI with
+  ``restrict_oom_score_adj``, ``disable_apparmor``, the ``native`` snapshotter,
   a local sandbox image (static busybox that sleeps; made here, no registry),
   CNI ``bridge`` + ``host-local`` + ``loopback`` from ``/usr/lib/cni``, pod network
   namespaces under its state dir, and ``imports = ["/etc/containerd/conf.d/*.toml"]``. It runs
@@ -110,8 +111,22 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
-from devtools import (CACHE_DIR, TOOLCHAIN_HINT, ComponentFailed, StartStop, ToolchainMissing, exit_codes,
-                      https_request, kill_pid, log_tail, owner, owner_alive, pid_alive, spawn, write_json)
+from devtools import (
+    CACHE_DIR,
+    TOOLCHAIN_HINT,
+    ComponentFailed,
+    StartStop,
+    ToolchainMissing,
+    exit_codes,
+    https_request,
+    kill_pid,
+    log_tail,
+    owner,
+    owner_alive,
+    pid_alive,
+    spawn,
+    write_json,
+)
 
 K8S_VERSION = os.environ.get("GCU_K8S_VERSION", "1.33.4")
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -348,14 +363,14 @@ class KubeApi:
         try:
             text = self.path.read_text()
         except OSError as e:
-            raise RealNodeError(f"cannot read the kubeconfig {self.path}: {e}")
+            raise RealNodeError(f"cannot read the kubeconfig {self.path}: {e}") from e
         try:
             cfg = json.loads(text)
         except ValueError:
             try:
                 import yaml  # type: ignore
             except ImportError:
-                raise RealNodeError(f"{self.path} is not JSON and PyYAML is not installed to read it as YAML")
+                raise RealNodeError(f"{self.path} is not JSON and PyYAML is not installed to read it as YAML") from None
             cfg = yaml.safe_load(text)
         ctx_name = cfg.get("current-context")
         contexts = {c["name"]: c["context"] for c in cfg.get("contexts") or []}
@@ -722,7 +737,7 @@ class RealNode(StartStop):
             self.service_port = int(svc["spec"]["ports"][0]["port"])
         except Exception as e:
             raise RealNodeError(f"real node {self.name}: the API server {self.api.server} ({self.kubeconfig}) "
-                                f"does not answer: {e}. Start the cluster first.")
+                                f"does not answer: {e}. Start the cluster first.") from e
 
     # -- network namespace + veth
     def _setup_network(self) -> None:
@@ -1009,7 +1024,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         """Import an image into the node's containerd (CRI namespace, unpacked for its snapshotter).
 
         source: a ``docker save`` archive (path), or a devtools.dockerd.Dockerd or a docker host
-        ("unix:///.../docker.sock"): then ``ref`` is saved from that dockerd and streamed in. Returns the seconds it took. Pods use it with imagePullPolicy Never
+        ("unix:///.../docker.sock"): then ``ref`` is saved from that dockerd and streamed in. Returns the seconds it took.
+        Pods use it with imagePullPolicy Never
         (or IfNotPresent) under the same reference.
         """
         t0 = time.monotonic()
@@ -1639,11 +1655,11 @@ def agent_main(state_dir: Path, reap_on_eof: bool) -> int:
             s.listen(128)
             listeners.append((s, (thost, int(tport))))
     finally:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        if libc.setns(own_ns, _CLONE_NEWNET) != 0:
-            print("cannot return to the machine's network namespace", flush=True)
-            return 1
+        returned = ctypes.CDLL("libc.so.6", use_errno=True).setns(own_ns, _CLONE_NEWNET) == 0
         os.close(own_ns)
+    if not returned:
+        print("cannot return to the machine's network namespace", flush=True)
+        return 1
     for s, target in listeners:
         threading.Thread(target=_serve, args=(s, target), daemon=True).start()
     print(f"forwarding {[f'{h}:{p} -> {th}:{tp}' for h, p, th, tp in st['forward']]} into {st['netns']}", flush=True)

@@ -14,8 +14,9 @@ for path in (ROOT, ROOT / "tests"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from devtools import SERVER_LOGS, log_tail  # noqa: E402
 from harness import SEED_BLUEPRINT, run_full, run_program  # noqa: E402
+
+from devtools import SERVER_LOGS, log_tail  # noqa: E402
 
 SERVER_LOG_TAILS = 8          # logs shown with a failure: the ones written last
 SERVER_LOG_LINES = 25

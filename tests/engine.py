@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from pulumi import automation as auto
-
 from realservers import PROJECT_DIR, start_dockerd, stop_dockerd
 
 PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "blueprints", "policies")

@@ -3,8 +3,7 @@
 import json
 
 import pytest
-
-from harness import SEED, DELETE, fails, run_program, seed_spec
+from harness import DELETE, SEED, fails, run_program, seed_spec
 
 
 def test_unknown_field_is_named_with_a_suggestion():

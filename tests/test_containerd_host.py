@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from realservers import PROJECT_DIR, PYTHON
 
 from components.hoststate import containerd_host as ch
 from components.hoststate import cri_client
 from devtools import start_time
 from devtools.containerd import Containerd
-from realservers import PROJECT_DIR, PYTHON
 
 NODE = "gcu-node-1"
 CRI = "io.containerd.grpc.v1.cri"
@@ -328,7 +328,7 @@ def test_an_existing_glob_import_is_used_and_an_earlier_cri_section_carried(cont
 def test_unparsable_config_is_refused_untouched_with_file_and_line(containerd, fresh):
     d = containerd
     text = original_text(d).replace("sandbox_image = ", "sandbox_image == ", 1)
-    line = next(i for i, l in enumerate(text.splitlines(), 1) if "sandbox_image ==" in l)
+    line = next(i for i, each in enumerate(text.splitlines(), 1) if "sandbox_image ==" in each)
     broken = d.write_config(text)
     mtime = os.stat(d.config_file).st_mtime_ns
     count = restarts(d)

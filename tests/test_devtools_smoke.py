@@ -21,8 +21,7 @@ if str(ROOT) not in sys.path:
 
 from devtools import ToolchainMissing, log_tail  # noqa: E402
 from devtools.dockerd import Dockerd, find_binaries  # noqa: E402
-from devtools.localcluster import (DEFAULT_RUNTIME, ETCD_VERSION, GCU_LABEL, K8S_VERSION,  # noqa: E402
-                                   LocalCluster, Toolchain)
+from devtools.localcluster import DEFAULT_RUNTIME, ETCD_VERSION, GCU_LABEL, K8S_VERSION, LocalCluster, Toolchain  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -5,10 +5,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from realservers import PROJECT_DIR, PYTHON, reload_count, runtime_props, start_dockerd, stop_dockerd, write_raw
 
 from components.hoststate import runtime_host
 from components.hoststate.container_runtime import ContainerRuntimeProvider
-from realservers import PYTHON, PROJECT_DIR, reload_count, runtime_props, start_dockerd, stop_dockerd, write_raw
 
 # Deliberately odd formatting: restore must give back these bytes, not a re-rendering.
 ORIGINAL = '{\n    "log-level": "info",\n  "labels": ["gcu-test=1"],\n\t"max-concurrent-downloads": 3\n}\n'

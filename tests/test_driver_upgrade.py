@@ -8,6 +8,9 @@ PodDisruptionBudget and ordinary pods. A new driver image then rolls out node by
 from __future__ import annotations
 
 import pytest
+from driver_fixtures import CordonWatch, all_ready, apply, gcu_job, ordinary, pods, uids
+from engine import node
+from realnode_fixtures import wait_until
 
 from components.catalog import BY_KEY
 from components.hoststate import driver_upgrade as du
@@ -15,9 +18,6 @@ from components.manifests import workload_manifest
 from components.model import PodAdditions
 from components.resolve import resolve
 from components.spec import BaseFields
-from driver_fixtures import CordonWatch, all_ready, apply, gcu_job, ordinary, pods, uids
-from engine import node
-from realnode_fixtures import wait_until
 
 GCU = {"feature.node.kubernetes.io/pci-1e36.present": "true", "enflame.com/gcu.present": "true"}
 NODES = [(f"gcu-node-{i}", dict(GCU), {"capacity": {"enflame.com/gcu": "4"}}) for i in range(1, 5)] + [("cpu-node-1", {})]

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from pulumi import automation as auto
-
 from engine import GCU_NODE_LABELS, engine_stack, outputs, set_json_config
+from pulumi import automation as auto
 from realservers import PROJECT_DIR
 
 # The GCU nodes advertise the GCU-share resource as its plugin would: post-deploy validation needs it.

@@ -9,13 +9,13 @@ import json
 import re
 
 import pytest
-from pulumi import automation as auto
-
-from components.hoststate import driver_upgrade as du
 from driver_fixtures import CordonWatch, all_ready, apply, gcu_job, ordinary, uids
 from engine import DRIVER_LABEL, GCU_NODE_LABELS, GCUS, engine_stack, node, outputs, set_json_config
 from harness import seed_spec
+from pulumi import automation as auto
 from realnode_fixtures import wait_until
+
+from components.hoststate import driver_upgrade as du
 
 GCU_NODES = ["gcu-node-1", "gcu-node-2", "gcu-node-3"]
 NODES = [(n, GCU_NODE_LABELS, GCUS) for n in GCU_NODES] + [("cpu-node-1", {})]

@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from pulumi import automation as auto
-
-from components.hoststate.cluster import core_api
 from engine import GCU_NODE_LABELS, GCUS, Engine, changes, engine_stack, outputs, set_json_config
 from harness import seed_spec
+from pulumi import automation as auto
 from realservers import AuditLog
+
+from components.hoststate.cluster import core_api
 
 MANAGED = "enflame.com/gcu.deploy.exporter"
 GCU_NODES = ["gcu-node-1", "gcu-node-2"]

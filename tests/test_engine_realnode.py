@@ -18,13 +18,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from engine import changes, destroy, local_servers, outputs, prepare_stack, set_json_config
+from engine import node as node_object
 from pulumi import automation as auto
+from realnode_fixtures import apply, shell_pod, wait_pod_phase, wait_until
 
 from components.hoststate import cri_client
 from devtools import standin_node
 from devtools.realnode import RealNode
-from engine import changes, destroy, local_servers, node as node_object, outputs, prepare_stack, set_json_config
-from realnode_fixtures import apply, shell_pod, wait_pod_phase, wait_until
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 NODE = f"gcu-real-{os.getpid()}"

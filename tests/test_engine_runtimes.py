@@ -16,14 +16,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from engine import GCU_NODE_LABELS, GCUS, changes, engine_stack, outputs, set_json_config
+from harness import CONTAINER_RUNTIME
 from pulumi import automation as auto
+from realservers import PROJECT_DIR, PYTHON, reload_count
 
 from components.hoststate import cri_client
 from devtools import start_time
 from devtools.containerd import Containerd
-from engine import GCU_NODE_LABELS, GCUS, changes, engine_stack, outputs, set_json_config
-from harness import CONTAINER_RUNTIME
-from realservers import PROJECT_DIR, PYTHON, reload_count
 
 NODES = [
     ("gcu-docker-1", GCU_NODE_LABELS, GCUS),

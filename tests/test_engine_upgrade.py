@@ -14,9 +14,8 @@ import subprocess
 import tarfile
 
 import pytest
-from pulumi import automation as auto
-
 from engine import GCU_NODE_LABELS, GCUS, PROJECT_FILES, changes, engine_stack
+from pulumi import automation as auto
 from realservers import PROJECT_DIR
 
 # The last commit before the architecture refactor (the landed day-1 release).

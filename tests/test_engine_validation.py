@@ -10,10 +10,9 @@ The test plays the kubelet's part: it sets each node's allocatable.
 from __future__ import annotations
 
 import pytest
-from pulumi import automation as auto
-
 from engine import GCU_NODE_LABELS, GCUS, changes, engine_stack, outputs, set_json_config
 from harness import GCU_VALIDATION
+from pulumi import automation as auto
 from realservers import AuditLog
 
 GCU = "enflame.com/gcu"

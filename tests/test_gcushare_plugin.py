@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from harness import fails, full_spec, pod_spec, run_full, run_program, seed_spec
 
 

@@ -1,7 +1,6 @@
 """The GCU-share scheduler extender (components/catalog/gcushare_scheduler.py)."""
 
 import yaml
-
 from k8s_schema import normalise
 
 

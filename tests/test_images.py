@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pulumi
 import pytest
+from harness import SEED_BLUEPRINT, ClusterMocks, run_program
 
 from components.images import CONTEXT_ROOT, DEFS, ImagesOptions, build_spec, check_images
 from devtools.imagebuild import standin_name, write_standins
-from harness import SEED_BLUEPRINT, ClusterMocks, run_program
 
 IMAGE = "docker:index/image:Image"
 SEED_REPO = "artifact.enflame.cn/galaxy_docker_hub/gcu"

@@ -1,7 +1,6 @@
 """Node Feature Discovery (components/catalog/nfd.py)."""
 
 import yaml
-
 from harness import ENFLAME_REPO, pod_spec, run_program, seed_spec
 
 
@@ -51,9 +50,9 @@ def test_nfd_first_level_field_wins_over_the_sub_part_as_in_gcu_operator():
 
 def test_the_static_manifests_beside_the_module_load_and_validate():
     import kubernetes_validate
+    from k8s_schema import KUBERNETES_VERSION
 
     from components.catalog import nfd
-    from k8s_schema import KUBERNETES_VERSION
 
     crd = nfd.crd({"app.kubernetes.io/part-of": "gcu-stack"})
     kubernetes_validate.validate(crd, KUBERNETES_VERSION, strict=True)

@@ -3,7 +3,6 @@
 import json
 
 import yaml
-
 from harness import PASSWORD, fails, full_spec, pod_spec, run_full
 from k8s_schema import normalise, validate_all
 

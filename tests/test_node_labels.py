@@ -6,8 +6,10 @@ import threading
 import time
 
 import pytest
+from realservers import AuditLog
 
 from components.hoststate.cluster import core_api
+from components.hoststate.gcu_nodes import GcuNodesProvider
 from components.hoststate.node_labels import (
     MANAGED_ANNOTATION,
     DriverMissingError,
@@ -16,8 +18,6 @@ from components.hoststate.node_labels import (
     plan_node,
     wanted_labels,
 )
-from components.hoststate.gcu_nodes import GcuNodesProvider
-from realservers import AuditLog
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 DRIVER = "enflame.com/gcu.driver.present"

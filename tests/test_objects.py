@@ -7,16 +7,16 @@ what to do; unusual but legal inputs (digests, long names, dots where allowed) a
 import asyncio
 import json
 
+import harness
 import pulumi
 import pytest
+from harness import DIGEST, PASSWORD, full_spec, run_program, seed_spec
+from k8s_schema import normalise, validate_all
 
-import harness
 from components import objects
 from components.manifests import label_value, replaced_delete_first
 from components.names import FRONTS_ANNOTATION
 from components.settings import load_settings
-from harness import DIGEST, PASSWORD, full_spec, run_program, seed_spec
-from k8s_schema import normalise, validate_all
 
 OTHER_DIGEST = "sha256:" + "fedcba9876543210" * 4
 NIGHTINGALE = {"nightingaleDbPassword": PASSWORD}

@@ -2,11 +2,11 @@
 
 import kubernetes_validate
 import pytest
+from k8s_schema import KUBERNETES_VERSION
 
 from components.hoststate import NODE_CODE_DIR
 from components.hoststate.transports import LocalTransport, PodTransport, parse_result, transport_for
 from components.steps.runtime_activation import ContainerdOptions, DockerRuntimeOptions
-from k8s_schema import KUBERNETES_VERSION
 
 PROPS = {
     "docker": {**DockerRuntimeOptions().model_dump(by_alias=True), "pidFile": "/run/docker.pid"},

@@ -14,6 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 from google.protobuf import json_format, struct_pb2
+from harness import CONTAINER_RUNTIME, DIGEST, SEED_BLUEPRINT, run_program, seed_spec
+from harness import PROJECT_DIR as ROOT
 from pulumi.runtime import proto
 from pulumi_policy import (
     EnforcementLevel,
@@ -27,9 +29,6 @@ from pulumi_policy import (
 )
 from pulumi_policy import policy as policy_module
 from pulumi_policy.proxy import UNKNOWN_ARRAY_VALUE, UNKNOWN_OBJECT_VALUE, UNKNOWN_STRING_VALUE, unknown_checking_proxy
-
-from harness import PROJECT_DIR as ROOT
-from harness import CONTAINER_RUNTIME, DIGEST, SEED_BLUEPRINT, run_program, seed_spec
 
 POLICIES_DIR = ROOT / "policies"
 sys.path.insert(0, str(POLICIES_DIR))

@@ -15,25 +15,25 @@ an example database in the checkout.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import typing
 
-import functools
-
+import harness
 import jsonschema
+import k8s_rules
 import kubernetes_validate.utils
 import pulumi
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from k8s_schema import validate_all
 from pydantic import BaseModel
 
-import harness
-import k8s_rules
 from components.blueprint import GcuResourceSpec
 from components.catalog import BY_KEY
 from components.schema import SCHEMA_FILE
 from components.spec import BaseFields
-from k8s_schema import validate_all
 
 settings.register_profile(
     "dev", max_examples=50, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]

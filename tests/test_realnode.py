@@ -28,13 +28,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from realnode_fixtures import GCU_RESOURCE, allocatable_gcus, apply, device_plugin_daemonset, get, shell_pod, wait_pod_phase, wait_until
 
 from devtools import fakegcu, imagebuild
 from devtools.localcluster import LocalCluster
 from devtools.realnode import RealNode, RealNodeError, leftovers, link_name, netns_name
 from devtools.sweep import sweep_machine
-from realnode_fixtures import (GCU_RESOURCE, allocatable_gcus, apply, device_plugin_daemonset, get, shell_pod,
-                               wait_pod_phase, wait_until)
 
 pytestmark = pytest.mark.timeout(1800)
 

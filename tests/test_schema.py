@@ -5,9 +5,9 @@ import json
 import jsonschema
 import pytest
 import yaml
+from harness import SEED, SEED_BLUEPRINT, run_program, seed_spec
 
 from components import schema
-from harness import SEED, SEED_BLUEPRINT, run_program, seed_spec
 
 SHIPPED = schema.SCHEMA_FILE
 

@@ -5,7 +5,6 @@ import json
 import pulumi
 import pytest
 import yaml
-
 from harness import SEED, SEED_BLUEPRINT, daemonsets, fails, run_program, seed_spec
 from k8s_schema import normalise
 

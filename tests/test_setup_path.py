@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from realservers import PROJECT_DIR
 
 from devtools import free_port
 from devtools.localcluster import GCU_LABEL, LocalCluster, Toolchain
-from realservers import PROJECT_DIR
 
 pytestmark = pytest.mark.timeout(300)
 GCU_STACK_CMD = PROJECT_DIR / "scripts" / "gcu-stack"

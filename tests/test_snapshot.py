@@ -15,7 +15,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from harness import SEED_BLUEPRINT, run_program
 from k8s_schema import normalise
 
@@ -84,5 +83,5 @@ def test_declared_objects_and_urns_match_the_snapshot(variant):
         path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
     want = json.loads(path.read_text())
     assert [e["urn"] for e in got] == [e["urn"] for e in want], "URNs moved"
-    for mine, theirs in zip(got, want):
+    for mine, theirs in zip(got, want, strict=True):
         assert mine == theirs, mine["urn"]

@@ -3,7 +3,6 @@
 from harness import CONTAINER_RUNTIME, DRIVER_UPGRADE, GCU_NODES, SEED_BLUEPRINT, run_program, seed_spec
 
 
-
 def workload(run, key):
     component = run.component(key)
     (found,) = [r for r in run.children(component.urn) if r.inputs.get("kind") in ("DaemonSet", "Deployment")]
@@ -95,7 +94,7 @@ def test_dependencies_point_at_objects_never_at_components():
 
 def test_inline_kubeconfig_is_a_secret_in_provider_inputs():
     run = run_program({"blueprint": str(SEED_BLUEPRINT), "kubeconfig": "apiVersion: v1\nkind: Config\n"})
-    from pulumi.runtime.rpc import _special_sig_key, _special_secret_sig
+    from pulumi.runtime.rpc import _special_secret_sig, _special_sig_key
 
     # It reaches the engine marked secret, so state keeps it encrypted.
     for type_ in (GCU_NODES, CONTAINER_RUNTIME):

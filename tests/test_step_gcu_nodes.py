@@ -3,8 +3,6 @@
 from harness import CONTAINER_RUNTIME, GCU_NODES, SEED_BLUEPRINT, ClusterMocks, run_program, seed_spec
 
 
-
-
 def test_seed_declares_both_provider_resources_with_readable_type_names():
     run = run_program({"blueprint": str(SEED_BLUEPRINT)})
     nodes = run.single(GCU_NODES)

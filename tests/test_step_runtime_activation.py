@@ -1,7 +1,6 @@
 """The toolkit's runtime-activation step (components/steps/runtime_activation.py) under mocks."""
 
 import pytest
-
 from harness import CONTAINER_RUNTIME, GCU_NODES, SEED_BLUEPRINT, ClusterMocks, pod_spec, run_program
 from k8s_schema import validate_all
 

@@ -2,8 +2,6 @@
 what it sends its resource, what the stack reports. The provider itself: tests/test_validation.py."""
 
 import pytest
-
-from components import links
 from harness import (
     GCU_NODES,
     GCU_VALIDATION,
@@ -15,6 +13,8 @@ from harness import (
     run_program,
     seed_spec,
 )
+
+from components import links
 
 
 def label(run, urn):

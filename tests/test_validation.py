@@ -19,11 +19,11 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
+from k8s_schema import KUBERNETES_VERSION
+from realservers import PROJECT_DIR, AuditLog
 
 from components.hoststate import validation as v
 from components.hoststate.cluster import core_api
-from k8s_schema import KUBERNETES_VERSION
-from realservers import PROJECT_DIR, AuditLog
 
 PRESENT = "enflame.com/gcu.present"
 GCU = "enflame.com/gcu"

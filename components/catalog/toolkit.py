@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import shlex
 
-from ..hoststate import HERE as NODE_CODE, NODE_FILES, runtime_host
+from ..hoststate import HERE as NODE_CODE
+from ..hoststate import NODE_FILES, runtime_host
 from ..hoststate.transports import BACKENDS
 from ..manifests import labels, metadata
 from ..model import BuildContext, ComponentDef, ContainerDef, Extras, HostMount, ImageDef, PodAdditions, RbacDef, Resources

@@ -17,9 +17,9 @@ from typing import Any, Optional
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
+from .bundled import Bundled, changed_inputs, inputs_of
 from .cluster import core_api
 from .node_runtime import SUPPORTED, runtime_of
-from .bundled import Bundled, changed_inputs, inputs_of
 from .transports import transport_for
 
 # Where a runtime's files live: a change of these moves the state, so the old place is restored first.

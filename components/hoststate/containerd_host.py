@@ -227,7 +227,7 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
 
 
@@ -634,7 +634,7 @@ def _glob_match(pattern: str, path: str) -> bool:
     pattern_parts, path_parts = pattern.split("/"), path.split("/")
     if len(pattern_parts) != len(path_parts):
         return False
-    return all(fnmatch.fnmatchcase(name, part.replace("[^", "[!")) for part, name in zip(pattern_parts, path_parts))
+    return all(fnmatch.fnmatchcase(name, part.replace("[^", "[!")) for part, name in zip(pattern_parts, path_parts, strict=True))
 
 
 def _resolve(host: ContainerdHost, entry: str, parent: str) -> list[str]:
@@ -985,7 +985,8 @@ def activate(host: ContainerdHost, runtime_path: str, mode: str = "restart") -> 
                 restarted = True
             except RuntimeError as error:
                 _roll_back(host, current_config, current_dropin, previous_backup, new_dirs)
-                raise ActivationError(f"node {s.label}: could not restart containerd: {error}; the previous {s.config_toml} and {s.dropin} were put back") from None
+                raise ActivationError(f"node {s.label}: could not restart containerd: {error}; "
+                                      f"the previous {s.config_toml} and {s.dropin} were put back") from None
     seen, problem = None, None
     if mode == "restart":
         seen, problem = _wait_verified(host, runtime_path)

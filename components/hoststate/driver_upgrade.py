@@ -564,12 +564,12 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
                 return NodeFailed(node, "upgrade", str(error))
 
         with ThreadPoolExecutor(max_workers=max(1, len(wave))) as pool:
-            for node, error in zip(wave, pool.map(one, wave)):
-                if error is None:
+            for node, failure in zip(wave, pool.map(one, wave), strict=True):
+                if failure is None:
                     upgraded.append(node)
                     log(f"{node}: driver upgraded")
                 else:
-                    failed[node] = f"{error.step}: {error.message}"
+                    failed[node] = f"{failure.step}: {failure.message}"
                     try:
                         NodeUpgrade(cluster, node, revision, log).state(FAILED, failed[node][:1000])
                     except Exception:  # noqa: BLE001 - the node may be gone; the error says so

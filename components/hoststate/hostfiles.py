@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import socket
 import os
+import socket
 import tempfile
 from typing import Optional
 

@@ -250,7 +250,8 @@ def activate(host: LocalHost, runtime_path: str, mode: str) -> dict:
             _signal(host, mode)
         except Exception as error:  # noqa: BLE001 - rolled back and re-raised with the node named
             _roll_back(host, current, mode, had_backup)
-            raise ActivationError(f"node {host.settings.label}: could not {mode} docker: {error}; the previous {host.settings.daemon_json} was put back") from None
+            raise ActivationError(f"node {host.settings.label}: could not {mode} docker: {error}; "
+                                  f"the previous {host.settings.daemon_json} was put back") from None
     active = None
     if mode != "none":
         seen = _wait_for_runtime(host, RUNTIME_NAME)

@@ -440,7 +440,8 @@ def cleanup(api: Any, namespace: str, selector: str, wait_seconds: float = 30.0,
             if error.status != 404:
                 raise
         left = [p["metadata"]["name"] for p in _plain(api.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)).get("items") or []]
-        left += [j["metadata"]["name"] for j in _plain(batch.list_namespaced_job(namespace, label_selector=selector, _preload_content=False)).get("items") or []]
+        jobs = _plain(batch.list_namespaced_job(namespace, label_selector=selector, _preload_content=False))
+        left += [j["metadata"]["name"] for j in jobs.get("items") or []]
         if not left or time.monotonic() >= deadline:
             return left
         sleep(0.5)
@@ -560,7 +561,8 @@ def _start_job(api, batch, node_api, w: _Node, node: Optional[dict], settings: C
 
 def _poll_jobs(api, batch, running: list[_Node], settings: CheckSettings, run: str, clock, start: float) -> None:
     selector = f"{RUN_LABEL}={run}"
-    jobs = {j["metadata"]["name"]: j for j in _plain(batch.list_namespaced_job(settings.namespace, label_selector=selector, _preload_content=False)).get("items") or []}
+    listed = _plain(batch.list_namespaced_job(settings.namespace, label_selector=selector, _preload_content=False))
+    jobs = {j["metadata"]["name"]: j for j in listed.get("items") or []}
     pods: dict[str, list[dict]] = {}
     for pod in _plain(api.list_namespaced_pod(settings.namespace, label_selector=selector, _preload_content=False)).get("items") or []:
         owner = ((pod["metadata"].get("labels") or {}).get("job-name")) or ""

@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config import one_setting
 from ..hoststate import cluster_view
+from ..hoststate.bundled import as_props
 from ..hoststate.driver_upgrade import Cluster, DriverUpgrade, DriverUpgradeInputs, describe, plan
 from ..manifests import TEMPLATE_HASH_ANNOTATION
-from ..hoststate.bundled import as_props
 from ..model import StepContext, StepDef, StepResult
 from ..names import GCU_RESOURCE, GCUSHARE_RESOURCE
 from .gcu_nodes import KEY as GCU_NODES

@@ -10,8 +10,8 @@ import pulumi
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config import one_setting
-from ..hoststate.node_labels import DEFAULT_DRIVER_LABEL, Selection
 from ..hoststate.gcu_nodes import GcuNodes, GcuNodesInputs
+from ..hoststate.node_labels import DEFAULT_DRIVER_LABEL, Selection
 from ..model import StepContext, StepDef, StepResult
 
 KEY = "gcuNodes"

@@ -13,8 +13,7 @@ from typing import Literal, Optional
 import pulumi
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..hoststate import containerd_host, runtime_host
-from ..hoststate import cluster_view
+from ..hoststate import cluster_view, containerd_host, runtime_host
 from ..hoststate.container_runtime import ContainerRuntime, ContainerRuntimeInputs
 from ..hoststate.node_runtime import SUPPORTED, runtime_of
 from ..model import StepContext, StepDef, StepResult
