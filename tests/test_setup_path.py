@@ -133,23 +133,60 @@ def test_with_an_answering_cluster_and_an_installed_pulumi_up_builds_nothing(tmp
     assert not (tmp_path / "state" / "local-cluster").exists()
 
 
-def test_plan_with_no_answering_cluster_chooses_the_embedded_control_plane(tmp_path, fakes):
+@pytest.mark.parametrize("command", ["plan", "preview", "up", "destroy"])
+def test_a_configured_context_that_does_not_answer_fails_naming_it_and_does_nothing(tmp_path, fakes, command):
     cache = tmp_path / "empty-cache"
     cache.mkdir()
     env = _env(tmp_path, fakes, _dead_kubeconfig(tmp_path), cache=cache)
+    r = _run([command], env, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "the configured kube context does not answer: context 'gone'" in r.stderr, r.stderr
+    assert "Connection refused" in r.stderr and "pass --local" in r.stderr
+    assert "embedded local control plane (" not in r.stderr and not r.stdout.strip()
+    # nothing built, started or run
+    assert sorted(p.name for p in cache.iterdir()) == []
+    assert not (tmp_path / "fake-calls.log").exists() and _pulumi_calls(tmp_path) == []
+    assert not (tmp_path / "state" / "local-cluster").exists()
+
+
+def test_plan_with_local_chooses_the_embedded_control_plane_whatever_the_context(tmp_path, fakes):
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    env = _env(tmp_path, fakes, _dead_kubeconfig(tmp_path), cache=cache)
+    r = _run(["plan", "--local"], env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "plan: pulumi=installed cluster=embedded"
+    assert "cluster: the embedded local control plane (--local)" in r.stderr and "SIMULATED nodes" in r.stderr
+    assert sorted(p.name for p in cache.iterdir()) == []
+
+
+def test_with_no_kube_config_at_all_the_embedded_control_plane_is_chosen_and_said(tmp_path, fakes):
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    home = tmp_path / "home"   # no ~/.kube/config
+    home.mkdir()
+    env = _env(tmp_path, fakes, "", cache=cache)
+    del env["KUBECONFIG"]
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    env["HOME"] = str(home)
     r = _run(["plan"], env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "plan: pulumi=installed cluster=embedded"
-    assert "cluster: none answers (context 'gone'" in r.stderr and "Connection refused" in r.stderr
-    assert sorted(p.name for p in cache.iterdir()) == []
-    assert not (tmp_path / "fake-calls.log").exists()
+    assert "cluster: no kube config on this machine" in r.stderr and "SIMULATED nodes" in r.stderr
+
+
+def test_local_with_a_stack_that_names_its_cluster_is_refused(tmp_path, fakes):
+    env = _env(tmp_path, fakes, _dead_kubeconfig(tmp_path), cache=tmp_path)
+    r = _run(["preview", "--local"], {**env, "GCU_STACK": "prod"}, timeout=60)
+    assert r.returncode == 2 and "--local uses the embedded cluster" in r.stderr and "GCU_STACK" in r.stderr
+    assert _pulumi_calls(tmp_path) == []
 
 
 def test_plan_with_no_pulumi_on_path_builds_the_pulumi_toolchain(tmp_path, fakes):
     cache = tmp_path / "empty-cache"
     cache.mkdir()
     env = _env(tmp_path, fakes, _dead_kubeconfig(tmp_path), cache=cache, with_pulumi=False)
-    r = _run(["plan"], env, timeout=60)
+    r = _run(["plan", "--local"], env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "plan: pulumi=build cluster=embedded"
     assert "no pulumi on PATH" in r.stderr
@@ -157,23 +194,23 @@ def test_plan_with_no_pulumi_on_path_builds_the_pulumi_toolchain(tmp_path, fakes
     old = fakes / "pulumi"
     old.write_text(FAKE_PULUMI.replace("v3.272.0", "v3.100.0"))
     old.chmod(0o755)
-    r = _run(["plan"], env, timeout=60)
+    r = _run(["plan", "--local"], env, timeout=60)
     assert r.stdout.strip().splitlines()[-1] == "plan: pulumi=build cluster=embedded"
     assert "is v3.100.0, older than v3.259.0" in r.stderr
     # GCU_BUILD_PULUMI=1 asks for the build even with a usable CLI
     old.write_text(FAKE_PULUMI)
-    r = _run(["plan"], {**env, "GCU_BUILD_PULUMI": "1"}, timeout=60)
+    r = _run(["plan", "--local"], {**env, "GCU_BUILD_PULUMI": "1"}, timeout=60)
     assert r.stdout.strip().splitlines()[-1] == "plan: pulumi=build cluster=embedded"
 
 
-def test_up_with_no_answering_cluster_starts_and_uses_the_embedded_control_plane(tmp_path, fakes):
+def test_up_local_starts_and_uses_the_embedded_control_plane(tmp_path, fakes):
     from devtools import CACHE_DIR
 
     Toolchain.find()   # built by scripts/test.sh; the command must find it there and build nothing more
     env = _env(tmp_path, fakes, _dead_kubeconfig(tmp_path), cache=CACHE_DIR)
     state = tmp_path / "state"
     try:
-        r = _run(["up"], env)
+        r = _run(["up", "--local"], env)
         assert r.returncode == 0, r.stderr
         assert "-> the embedded local control plane" in r.stderr
         # kube.sh ran (the embedded path needs it) and found every part built already
