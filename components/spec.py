@@ -195,7 +195,53 @@ def is_label_key(key: str) -> bool:
     return True
 
 
-def _node_selector(value: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
+# One requirement of a string label selector (k8s.io/apimachinery labels.Parse): `key`, `!key`, `key=v`, `key==v`,
+# `key!=v`, `key>n`, `key<n`, `key in (v,...)`, `key notin (v,...)`. Hand-written: no maintained Python library parses
+# Kubernetes selectors, and the API server would only find a malformed one mid-rollout.
+_SELECTOR_REQUIREMENT = re.compile(r"""^\s*(?:
+    !\s*(?P<absent>[^\s,!=<>()]+)
+  | (?P<key>[^\s,!=<>()]+)\s*(?:
+        (?P<op>==|=|!=|>|<)\s*(?P<value>[^\s,!=<>()]*)
+      | \s(?P<set>in|notin)\s*\((?P<values>[^()]*)\)
+    )?
+)\s*$""", re.X)
+
+
+def label_selector_problem(text: str) -> Optional[str]:
+    """Why the API server would refuse `text` as a label selector, or None ("" selects everything)."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth not in (0, 1):
+            return f"unbalanced parentheses at character {i + 1}"
+        if char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth:
+        return "a '(' is not closed"
+    parts.append(text[start:])
+    if len(parts) == 1 and not parts[0].strip():
+        return None
+    for part in parts:
+        match = _SELECTOR_REQUIREMENT.match(part)
+        if not match or not part.strip():
+            return f"{part.strip()!r} is not a requirement (key, !key, key=value, key!=value, key in (a,b), key notin (a,b))"
+        key = match["absent"] or match["key"]
+        if not is_label_key(key):
+            return f"{key!r} is not a label key"
+        if match["op"] in (">", "<"):
+            if not re.fullmatch(r"-?[0-9]+", match["value"]):
+                return f"{part.strip()!r}: {match['op']} needs a whole number"
+            continue
+        # (`in ()` is one empty value, as the API server reads it)
+        values = [v.strip() for v in match["values"].split(",")] if match["set"] else [match["value"] or ""]
+        bad = [v for v in values if not is_label_value(v)]
+        if bad:
+            return f"{bad[0]!r} is not a label value"
+    return None
+
+
+def node_selector(value: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
     for key, label_value in (value or {}).items():
         _label_key(key)
         if not is_label_value(label_value):
@@ -233,7 +279,7 @@ ImageRef = Annotated[Optional[str], _Checked(_check_image, _IMAGE_HINT)]
 # An image tag (image builds), and BaseFields.version (a tag or a digest).
 ImageTag = Annotated[Optional[str], _Checked(_check_tag, IMAGE_TAG.pattern, 128)]
 Version = Annotated[Optional[str], _Checked(_check_version, _VERSION_HINT)]
-NodeSelector = Annotated[Optional[dict[str, str]], AfterValidator(_node_selector)]
+NodeSelector = Annotated[Optional[dict[str, str]], AfterValidator(node_selector)]
 
 
 class Model(BaseModel):

@@ -150,3 +150,22 @@ def test_delete_leaves_nothing_of_ours_even_mid_upgrade(cluster):
         assert not {du.REASON_ANNOTATION, du.CORDONED_ANNOTATION, du.PAUSED_ANNOTATION} & set(meta.get("annotations") or {}), name
         assert "enflame.com/gcu.deploy.devicePlugin" not in meta["labels"], name
         assert not node(cluster, name)["spec"].get("unschedulable"), name
+
+
+@pytest.mark.parametrize("selector", ["app=training", "app==training,tier!=web", "app in (a, b),!preemptible",
+                                      "team notin (x),gpu", "rank>2", "example.com/job in(a)", "app in (a,",
+                                      "app=train ing", "tier notin ()", "tier in ()", "tier notin (web api)", "rank>x", "a b", "bad key=x", "a,"])
+def test_the_settings_selector_check_agrees_with_the_api_server(cluster, selector):
+    # The API server reads the selector the rollout will send it: what the setting check refuses, it refuses too.
+    import urllib.parse
+
+    from components.spec import label_selector_problem
+    from devtools.localcluster import ApiError
+
+    try:
+        cluster.api.get(f"/api/v1/namespaces/default/pods?labelSelector={urllib.parse.quote(selector)}")
+        taken = True
+    except ApiError as error:
+        assert error.status == 400, error
+        taken = False
+    assert (label_selector_problem(selector) is None) == taken, (selector, label_selector_problem(selector))

@@ -90,10 +90,29 @@ def test_seed_json_and_inline_config_text_round_trip():
         ({"dockerRuntime": {"restartDocker": True}}, "gcu-stack:dockerRuntime.restartDocker: unknown field"),
         ({"gcuNodes": {"driverLabel": "enflame.com/driver"}}, "expected key=value"),
         ({"gcuNodes": {"nodes": ["a"]}}, "gcu-stack:gcuNodes.nodes: unknown field (did you mean names?)"),
+        # checked before anything is declared, not found mid-`up` (after a node is cordoned)
+        ({"driverUpgrade": {"waitForCompletion": {"selector": "app in (a,"}}},
+         "gcu-stack:driverUpgrade.waitForCompletion.selector: 'app in (a,' is not a label selector: a '(' is not closed"),
+        ({"driverUpgrade": {"waitForCompletion": {"selector": "app=train ing"}}},
+         "gcu-stack:driverUpgrade.waitForCompletion.selector: 'app=train ing' is not a label selector"),
+        ({"driverUpgrade": {"waitForCompletion": {"selector": "tier notin (web api)"}}}, "'web api' is not a label value"),
+        ({"validation": {"image": "registry.local/gcu selfcheck:1"}},
+         "gcu-stack:validation.image: 'registry.local/gcu selfcheck:1' is not an image reference"),
+        ({"gcuNodes": {"selector": {"gcu pool": "a"}}}, "gcu-stack:gcuNodes.selector: label key 'gcu pool'"),
+        ({"gcuNodes": {"selector": {"pool": "a b"}}}, "gcu-stack:gcuNodes.selector: label value 'a b'"),
+        ({"gcuNodes": {"names": ["gcu-node-1", "Node_1"]}}, "gcu-stack:gcuNodes.names: 'Node_1' cannot be a node name"),
     ],
 )
 def test_bad_provider_settings_name_the_setting(config, expected):
     fails({"blueprint": str(SEED_BLUEPRINT), **config}, expected)
+
+
+@pytest.mark.parametrize("selector", ["", "app=training", "app==training,tier!=web", "app in (a, b),!preemptible",
+                                      "team notin (x),gpu", "rank>2", "example.com/job in(a)"])
+def test_label_selectors_the_api_server_takes_are_taken(selector):
+    from components.spec import label_selector_problem
+
+    assert label_selector_problem(selector) is None
 
 
 # ---------------------------------------------------------------------------- file encodings and duplicate keys

@@ -22,6 +22,7 @@ from ..hoststate.driver_upgrade import Cluster, DriverUpgrade, DriverUpgradeInpu
 from ..manifests import TEMPLATE_HASH_ANNOTATION
 from ..model import StepContext, StepDef, StepResult
 from ..names import GCU_RESOURCE, GCUSHARE_RESOURCE
+from ..spec import label_selector_problem
 from .gcu_nodes import KEY as GCU_NODES
 from .validation import validation_inputs
 
@@ -34,6 +35,14 @@ class WaitForCompletion(BaseModel):
     # Pods (label selector, e.g. "app=training") that finish on their own before the node is drained; "" waits for none.
     selector: str = ""
     timeout_seconds: int = Field(0, alias="timeoutSeconds", ge=0)
+
+    @field_validator("selector")
+    @classmethod
+    def _selector(cls, value: str) -> str:
+        problem = label_selector_problem(value)
+        if problem:
+            raise ValueError(f"{value!r} is not a label selector: {problem}")
+        return value
 
 
 class Drain(BaseModel):

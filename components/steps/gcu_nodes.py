@@ -13,6 +13,7 @@ from ..config import one_setting
 from ..hoststate.gcu_nodes import GcuNodes, GcuNodesInputs
 from ..hoststate.node_labels import DEFAULT_DRIVER_LABEL, Selection
 from ..model import StepContext, StepDef, StepResult
+from ..spec import DNS1123_SUBDOMAIN, node_selector
 
 KEY = "gcuNodes"
 
@@ -28,6 +29,19 @@ class GcuNodesOptions(BaseModel):
     # key=value label that marks a node whose GCU driver is installed; "" turns the check off.
     driver_label: str = Field(DEFAULT_DRIVER_LABEL, alias="driverLabel")
     page_size: int = Field(500, alias="pageSize", ge=1, le=5000)
+
+    @field_validator("names")
+    @classmethod
+    def _node_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
+                raise ValueError(f"{name!r} cannot be a node name (lower-case letters, digits, '-' and '.', at most 253)")
+        return value
+
+    @field_validator("selector")
+    @classmethod
+    def _selector(cls, value: dict[str, str]) -> dict[str, str]:
+        return node_selector(value) or {}
 
     @field_validator("driver_label")
     @classmethod

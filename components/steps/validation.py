@@ -21,7 +21,7 @@ from ..config import one_setting
 from ..hoststate.validation import RUNTIME_CLASS, SELFCHECK, GcuValidation, GcuValidationInputs
 from ..model import StepContext, StepDef, StepResult
 from ..names import GCU_RESOURCE, GCUSHARE_RESOURCE
-from ..spec import DNS1123_LABEL, PULL_POLICIES
+from ..spec import DNS1123_LABEL, PULL_POLICIES, reference_problem
 from .gcu_nodes import KEY as GCU_NODES
 
 KEY = "validation"
@@ -58,6 +58,14 @@ class ValidationOptions(BaseModel):
     namespace: Optional[str] = Field(None, pattern=DNS1123_LABEL.pattern, max_length=63)
     # Any new value validates again on the next `pulumi up`.
     trigger: str = ""
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: Optional[str]) -> Optional[str]:
+        problem = value and reference_problem(value)
+        if problem:
+            raise ValueError(f"{value!r} is not an image reference: {problem}")
+        return value
 
     @field_validator("runtime_class_name")
     @classmethod
