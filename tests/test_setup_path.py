@@ -26,6 +26,7 @@ GCU_STACK_CMD = PROJECT_DIR / "scripts" / "gcu-stack"
 FAKE_PULUMI = """#!/usr/bin/env bash
 # Stand-in for an installed Pulumi CLI: records its arguments, answers what gcu-stack asks.
 printf '%s\\n' "$*" >> "$FAKE_PULUMI_LOG"
+printf '%s\\n' "${PULUMI_CONFIG_PASSPHRASE-<unset>}" >> "$FAKE_PULUMI_LOG.passphrase"
 case "$1" in
   version) echo "v3.272.0" ;;
   plugin) [ "$2" = ls ] && echo '[{"name": "kubernetes", "kind": "resource", "version": "4.25.0", "size": 1}]' ;;
@@ -61,7 +62,8 @@ def fakes(tmp_path):
 
 def _env(tmp_path: Path, bin_dir: Path, kubeconfig: str, *, cache: Path, with_pulumi: bool = True) -> dict:
     env = {k: v for k, v in os.environ.items()
-           if k not in ("GCU_STACK", "GCU_BUILD_PULUMI", "PULUMI_BACKEND_URL", "GCU_TIMINGS_FILE")}
+           if k not in ("GCU_STACK", "GCU_BUILD_PULUMI", "PULUMI_BACKEND_URL", "GCU_TIMINGS_FILE",
+                        "PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE")}
     path = _path_without_pulumi()
     if with_pulumi:
         path = [str(bin_dir)] + path
@@ -112,7 +114,7 @@ def test_with_an_answering_cluster_and_an_installed_pulumi_up_builds_nothing(tmp
     cache.mkdir()
     with LocalCluster(tmp_path / "cluster", nodes=[("gcu-node-1", {GCU_LABEL: "true"})], audit=False) as cluster:
         env = _env(tmp_path, fakes, cluster.kubeconfig, cache=cache)
-        r = _run(["up"], env)
+        r = _run(["up"], {**env, "PULUMI_CONFIG_PASSPHRASE": "correct horse"})
     assert r.returncode == 0, r.stderr
     # nothing was built: the cache is still empty and no build tool was called
     assert sorted(p.name for p in cache.iterdir()) == []
@@ -131,6 +133,33 @@ def test_with_an_answering_cluster_and_an_installed_pulumi_up_builds_nothing(tmp
     assert preview == ["preview --policy-pack policies"] and up == ["up --yes --skip-preview"], calls
     assert calls.index(preview[0]) < calls.index(up[0])
     assert not (tmp_path / "state" / "local-cluster").exists()
+
+
+def test_a_stack_of_yours_under_an_empty_passphrase_is_refused_and_the_ways_out_work(tmp_path, fakes):
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    with LocalCluster(tmp_path / "cluster", nodes=[], audit=False) as cluster:
+        env = _env(tmp_path, fakes, cluster.kubeconfig, cache=cache)
+        for command in ("plan", "preview", "up", "refresh", "destroy"):
+            for empty in ({}, {"PULUMI_CONFIG_PASSPHRASE": ""}):
+                r = _run([command], {**env, **empty}, timeout=60)
+                assert r.returncode == 2, (command, r.stderr)
+                assert "refused: the stack dev would keep its secrets" in r.stderr and "EMPTY passphrase" in r.stderr
+                assert "PULUMI_CONFIG_PASSPHRASE" in r.stderr and "change-secrets-provider" in r.stderr
+        assert _pulumi_calls(tmp_path) == [] and sorted(p.name for p in cache.iterdir()) == []
+        # a passphrase file, a Pulumi Cloud backend, or the `pulumi` command (to move the stack off it): go ahead
+        secret = tmp_path / "passphrase"
+        secret.write_text("correct horse\n")
+        assert _run(["preview"], {**env, "PULUMI_CONFIG_PASSPHRASE_FILE": str(secret)}).returncode == 0
+        assert _run(["preview"], {**env, "PULUMI_CONFIG_PASSPHRASE": "correct horse"}).returncode == 0
+        assert _run(["preview"], {**env, "PULUMI_BACKEND_URL": "https://api.pulumi.com"}).returncode == 0
+        assert _run(["pulumi", "stack", "ls"], env).returncode == 0
+    calls = _pulumi_calls(tmp_path)
+    assert [c for c in calls if c.startswith("preview")] == ["preview --policy-pack policies"] * 3, calls
+    assert "stack ls" in calls
+    # with a passphrase file, pulumi is not handed an empty passphrase that would take precedence over it
+    seen = Path(f"{tmp_path / 'pulumi-calls.log'}.passphrase").read_text().splitlines()
+    assert seen[calls.index("stack select --create dev")] == "<unset>"
 
 
 @pytest.mark.parametrize("command", ["plan", "preview", "up", "destroy"])
