@@ -180,8 +180,8 @@ _VERSION_HINT = r"^([A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|sha(256|384|512):[a-f0-9]+
 
 
 def _label_key(key: str) -> None:
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
+    prefix, slash, name = key.rpartition("/")
+    if slash and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
         raise ValueError(f"label key {key!r}: prefix must be a DNS subdomain")
     if len(name) > 63 or not LABEL_NAME.match(name):
         raise ValueError(f"label key {key!r}: name must be 1-63 alphanumerics, '-', '_' or '.'")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 from driver_fixtures import CordonWatch, all_ready, apply, gcu_job, ordinary, pods, uids
 from engine import node
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from realnode_fixtures import wait_until
 
 from components.catalog import BY_KEY
@@ -153,7 +155,7 @@ def test_delete_leaves_nothing_of_ours_even_mid_upgrade(cluster):
 
 
 @pytest.mark.parametrize("selector", ["app=training", "app==training,tier!=web", "app in (a, b),!preemptible",
-                                      "team notin (x),gpu", "rank>2", "example.com/job in(a)", "app in (a,",
+                                      "team notin (x),gpu", "rank>2", "example.com/job in(a)", "app in (a,", "/app",
                                       "app=train ing", "tier notin ()", "tier in ()", "tier notin (web api)", "rank>x", "a b", "bad key=x", "a,"])
 def test_the_settings_selector_check_agrees_with_the_api_server(cluster, selector):
     # The API server reads the selector the rollout will send it: what the setting check refuses, it refuses too.
@@ -169,3 +171,14 @@ def test_the_settings_selector_check_agrees_with_the_api_server(cluster, selecto
         assert error.status == 400, error
         taken = False
     assert (label_selector_problem(selector) is None) == taken, (selector, label_selector_problem(selector))
+
+
+_TOKENS = ["app", "tier", "example.com/job", "a-b", "x", "web", "1", "(", ")", ",", " ", "=", "==", "!=", "!", "in",
+           "notin", ">", "<", "_", ".", "-", "A", "é", "/", "a/b/c"]
+
+
+@settings(max_examples=150, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(_TOKENS), max_size=9).map("".join))
+def test_any_string_the_selector_check_takes_the_api_server_takes_and_the_other_way_round(cluster, selector):
+    test_the_settings_selector_check_agrees_with_the_api_server(cluster, selector)
