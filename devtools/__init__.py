@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 CACHE_DIR = Path(os.environ.get("GCU_CACHE_DIR") or Path.home() / ".cache" / "gcu-stack")
 TOOLCHAIN_HINT = "run scripts/toolchain/kube.sh (it installs/builds the local toolchain)"
@@ -113,6 +113,19 @@ def owner_alive(record: Any) -> bool:
         return pid_alive(record["pid"]) and start_time(record["pid"]) == record["start_time"]
     except (OSError, KeyError, TypeError, ValueError, IndexError):
         return False
+
+
+def mountpoints() -> list[str]:
+    """Every mount point of this process's mount namespace, in mount order."""
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4].encode().decode("unicode_escape") for line in f]
+
+
+def mounts_under(roots: Iterable[str]) -> list[str]:
+    """The mount points at or below any of `roots`, deepest first (the order to unmount them in)."""
+    roots = [str(r).rstrip("/") for r in roots if r]
+    inside = [m for m in mountpoints() if any(m == r or m.startswith(r + "/") for r in roots)]
+    return sorted(inside, key=len, reverse=True)
 
 
 def pid_cmdline(pid: int) -> list[str]:
@@ -273,6 +286,7 @@ def nothing_running(command: str, *, say: str = "") -> int:
 
 __all__ = [
     "CACHE_DIR", "TOOLCHAIN_HINT", "ToolchainMissing", "ComponentFailed",
-    "SERVER_LOGS", "spawn", "pid_alive", "start_time", "owner", "owner_alive", "pid_matches", "kill_pid", "kill_matching", "log_tail", "free_port",
+    "SERVER_LOGS", "mountpoints", "mounts_under", "spawn", "pid_alive", "start_time", "owner", "owner_alive",
+    "pid_matches", "kill_pid", "kill_matching", "log_tail", "free_port",
     "write_json", "https_request", "StartStop", "exit_codes", "nothing_running",
 ]

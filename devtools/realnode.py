@@ -121,6 +121,8 @@ from devtools import (
     https_request,
     kill_pid,
     log_tail,
+    mountpoints,
+    mounts_under,
     owner,
     owner_alive,
     pid_alive,
@@ -293,17 +295,8 @@ def _ancestors(pid: int) -> set[int]:
     return out
 
 
-def _mountpoints() -> list[str]:
-    out = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            out.append(fields[4].encode().decode("unicode_escape"))
-    return out
-
-
 def _is_mountpoint(path: str) -> bool:
-    return path in _mountpoints()
+    return path in mountpoints()
 
 
 def _cgroup_roots() -> list[Path]:
@@ -1426,8 +1419,7 @@ def teardown(st: Mapping, *, delete_node: bool = False, procs: Optional[Mapping[
     # 4. mounts on this machine under the node's directories (none expected: they live in the node)
     wd = st.get("workdir")
     roots = [p for p in (wd, st.get("short_dir")) if p]
-    for mp in sorted((m for m in _mountpoints() if any(m == r or m.startswith(r.rstrip("/") + "/") for r in roots)),
-                     key=len, reverse=True):
+    for mp in mounts_under(roots):
         r = subprocess.run(["umount", "-l", mp], capture_output=True, text=True)
         if r.returncode != 0:
             problems.append(f"umount {mp}: {r.stderr.strip()}")
@@ -1579,8 +1571,7 @@ def leftovers(st: Mapping) -> dict:
     if agent and pid_alive(agent) and "devtools.realnode" in _cmdline(agent):
         procs.add(agent)
     roots = [r for r in (wd, st.get("short_dir")) if r]
-    mounts = [m for m in _mountpoints() if any(m == r or m.startswith(r.rstrip("/") + "/") for r in roots)
-              or m.startswith(f"/run/netns/{st['netns']}")]
+    mounts = mounts_under(roots) + [m for m in mountpoints() if m.startswith(f"/run/netns/{st['netns']}")]
     if _RUN_NETNS_MARKER.exists() and _is_mountpoint("/run/netns"):
         try:
             if not os.listdir("/run/netns"):

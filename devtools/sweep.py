@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
-from devtools import CACHE_DIR, exit_codes, kill_matching, owner, owner_alive, pid_cmdline, write_json
+from devtools import CACHE_DIR, exit_codes, kill_matching, mounts_under, owner, owner_alive, pid_cmdline, write_json
 
 SERVERS = CACHE_DIR / "servers"      # <server>-<hash of its workdir>.json: its owner record and roots
 ETCD_TMPFS_PREFIX = "/dev/shm/gcu-etcd-"
@@ -53,22 +53,9 @@ def release_server(name: str, workdir: Path) -> None:
     _server_record(name, workdir).unlink(missing_ok=True)
 
 
-def _mountpoints() -> list[str]:
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4].encode().decode("unicode_escape") for line in f]
-
-
-def _under(path: str, roots: Iterable[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
-
-
 def _unmount_under(roots: Sequence[str]) -> list[str]:
     """Lazily unmount every mount under `roots`, deepest first; returns the mount points."""
-    done = []
-    for mountpoint in sorted((m for m in _mountpoints() if _under(m, roots)), key=len, reverse=True):
-        if subprocess.run(["umount", "-l", mountpoint], capture_output=True).returncode == 0:
-            done.append(mountpoint)
-    return done
+    return [m for m in mounts_under(roots) if subprocess.run(["umount", "-l", m], capture_output=True).returncode == 0]
 
 
 def sweep_servers(min_age: float, log: Callable[[str], None] = print) -> list[str]:
@@ -92,7 +79,7 @@ def sweep_servers(min_age: float, log: Callable[[str], None] = print) -> list[st
         if short:
             kill_matching(lambda cmd, marker=short.rstrip("/") + "/": marker in cmd)
         if short and short.startswith(SHORT_DIR_ROOT) and os.path.isdir(short) \
-                and not [m for m in _mountpoints() if _under(m, [short])]:
+                and not mounts_under([short]):
             shutil.rmtree(short, ignore_errors=True)
         path.unlink(missing_ok=True)
         what = f"{record.get('name')} of {record.get('workdir')} (pid {record.get('pid')} is gone)"

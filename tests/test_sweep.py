@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools import pid_alive, pid_cmdline
+from devtools import mounts_under, pid_alive, pid_cmdline
 from devtools.dockerd import BASE_IMAGE, Dockerd
 from devtools.localcluster import LocalCluster
 from devtools.sweep import SERVERS, sweep_etcd_tmpfs, sweep_servers
@@ -18,9 +18,7 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def _mounts_under(path: Path) -> list[str]:
-    with open("/proc/self/mountinfo") as f:
-        points = [line.split()[4] for line in f]
-    return [m for m in points if m == str(path) or m.startswith(f"{path}/")]
+    return mounts_under([path])
 
 
 def _processes_naming(text: str) -> list[int]:
