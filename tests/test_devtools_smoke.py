@@ -199,7 +199,12 @@ def test_daemonset_deployment_gc_namespace(cluster):
     c.kubectl("apply", "-f", "-", input=DEPLOYMENT)
 
     def endpoints():
-        ep = kjson(c, "-n", "smoke", "get", "endpoints", "web")
+        # the endpoints controller creates the object asynchronously: absent just after the apply is "not yet"
+        r = c.kubectl("-n", "smoke", "get", "endpoints", "web", "-o", "json", check=False)
+        if r.returncode != 0:
+            assert "NotFound" in r.stderr, r.stderr
+            return None
+        ep = json.loads(r.stdout)
         addrs = [a["ip"] for s in ep.get("subsets") or [] for a in s.get("addresses") or []]
         return addrs if len(addrs) == 2 else None
     try:   # the endpoints controller follows the pods kwok marks Ready; on a loaded machine that takes a while
