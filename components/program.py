@@ -8,8 +8,8 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import checks
 from .errors import BlueprintError
+from .plan import checks
 from .settings import StackSettings, load_settings, pulumi_config
 from .stack import GcuStack, StackArgs
 from .status import status_outputs
@@ -25,13 +25,13 @@ def main(project_dir: Optional[Path] = None) -> GcuStack:
     try:
         config, secret_keys = pulumi_config()
         settings = load_settings(config, project_dir or Path.cwd(), secret_keys)
-        checks.check(settings)
+        plan = checks.check(settings)
     except BlueprintError as error:
         # A clean message for `pulumi preview`, before any resource is declared.
         raise pulumi.RunError(str(error)) from None
     resource = settings.resource
     stack = GcuStack(
-        resource.metadata.name, StackArgs(settings), pulumi.ResourceOptions(providers=[kubernetes_provider(settings)])
+        resource.metadata.name, StackArgs(plan), pulumi.ResourceOptions(providers=[kubernetes_provider(settings)])
     )
     outputs = status_outputs(
         [c.status for c in stack.components],

@@ -95,7 +95,7 @@ def image_reference(repository: str, image: str, version: Optional[str]) -> str:
 
     A digest version replaces the tag (repository/image@sha256:...). An image pinned by its own
     digest keeps an explicitly set tag beside it (repository/image:tag@sha256:..., the digest is
-    what is pulled) and drops the default one. When both pin, they must agree (components/objects.py
+    what is pulled) and drops the default one. When both pin, they must agree (components/plan/rules.py
     refuses two different digests); the version's digest is used.
     """
     name, _, image_digest = image.partition("@")

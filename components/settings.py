@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -56,8 +57,13 @@ class StackSettings:
     # Each link's own settings, by link key (components/links.py).
     link_settings: dict[str, BaseModel] = field(default_factory=dict)
 
+    @cached_property
+    def _resolved(self) -> tuple[ResolvedComponent, ...]:
+        # Once per program run: resolving warns about ignored fields, and each warning is printed once.
+        return tuple(deployed_components(self.resource.spec))
+
     def deployed(self) -> list[ResolvedComponent]:
-        return deployed_components(self.resource.spec)
+        return list(self._resolved)
 
     def plain_text_secrets(self) -> list[str]:
         """Settings marked secret that were not set with --secret: they must never sit in the stack file."""

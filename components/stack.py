@@ -3,46 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Optional
 
 import pulumi
 
-from . import links, manifests
+from . import links
 from .chain import nearest_deployed
 from .component import ComponentArgs, GcuComponent
-from .images import declare_images, use_built_images
+from .images import declare_images
 from .k8s import declare
-from .model import BuildContext, ClusterAccess, ComponentDef, StepContext, StepResult
-from .resolve import ResolvedComponent
+from .model import ClusterAccess, ComponentDef, StepContext, StepResult
+from .plan.objects import Plan, with_built_images
 from .settings import StackSettings
-
-# Namespaces every cluster already has: never created, never deleted by the stack.
-SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
-POD_SECURITY_ORDER = ("restricted", "baseline", "privileged")
 
 
 @dataclass
 class StackArgs:
-    settings: StackSettings
-
-
-def pod_security_level(component: ResolvedComponent) -> str:
-    """The Pod Security level a component's pods need: host access needs "privileged"."""
-    host_access = any(w.definition.host_pid for w in component.workloads) or any(
-        c.definition.privileged or c.definition.mounts for c in component.containers
-    )
-    return "privileged" if host_access else component.definition.pod_security or "restricted"
-
-
-def namespace_levels(deployed: Iterable[ResolvedComponent]) -> dict[str, str]:
-    """The namespaces gcu-stack creates (not the cluster's own), sorted, each with the Pod Security level
-    its most demanding component needs."""
-    levels: dict[str, str] = {}
-    for component in deployed:
-        if component.namespace not in SYSTEM_NAMESPACES:
-            current = levels.get(component.namespace, "restricted")
-            levels[component.namespace] = max(current, pod_security_level(component), key=POD_SECURITY_ORDER.index)
-    return dict(sorted(levels.items()))
+    plan: Plan  # built and checked from the settings (components/plan/checks.py) before anything is declared
 
 
 def cluster_access(settings: StackSettings) -> ClusterAccess:
@@ -54,31 +31,23 @@ def cluster_access(settings: StackSettings) -> ClusterAccess:
     return ClusterAccess(kubeconfig=kubeconfig, context=options.kube_context)
 
 
-def scrape_targets(deployed: list[ResolvedComponent]) -> tuple[tuple[str, str, str], ...]:
-    """(job, host:port, path) of every deployed Service that publishes metrics."""
-    return tuple(
-        (f"gcu-{c.definition.key}", f"{w.name}.{c.namespace}.svc:{w.definition.service.port}", w.definition.service.metrics_path)
-        for c in deployed
-        for w in c.workloads
-        if w.definition.service is not None and w.definition.service.metrics_path
-    )
-
-
 class GcuStack(pulumi.ComponentResource):
     """gcu:stack:GcuResource — the stack's counterpart of one GcuResource object."""
 
     def __init__(self, name: str, args: StackArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gcu:stack:GcuResource", name, None, opts)
-        settings = args.settings
-        deployed = settings.deployed()
+        settings = args.plan.settings
         # A component whose image is built here runs that build (by digest), not its spec's image.
         images = declare_images(
             settings.options.images, settings.options.registry_password, settings.project_dir,
-            parent=self, deployed={c.definition.key for c in deployed},
+            parent=self, deployed=set(args.plan.components),
         )
-        self.deployed = {c.definition.key: c for c in use_built_images(deployed, images)}
+        self._plan = with_built_images(args.plan, images)
+        self.deployed = {c.definition.key: c for c in self._plan.deployed}
         self._settings = settings
-        self._namespaces = self._declare_namespaces(name)
+        self._namespaces = {
+            o.name: declare(o.logical_name, o.manifest, pulumi.ResourceOptions(parent=self)) for o in self._plan.namespaces
+        }
         present = links.present(self.deployed)
         self._step_context = StepContext(
             parent=self,
@@ -125,20 +94,11 @@ class GcuStack(pulumi.ComponentResource):
         )
 
     def _component(self, definition: ComponentDef, after: list) -> GcuComponent:
-        resolved = self.deployed[definition.key]
-        settings = self._link_settings(definition.key)
-        build = BuildContext(
-            instance=self._settings.resource.metadata.name,
-            settings=settings,
-            scrape_targets=scrape_targets(list(self.deployed.values())),
-        )
+        planned = self._plan.components[definition.key]
         step = self._step_context_for(definition.key, []) if definition.then is not None else None
         return GcuComponent(
             definition.key,
-            ComponentArgs(
-                resolved=resolved, context=build, after=after,
-                namespace=self._namespaces.get(resolved.namespace), step=step,
-            ),
+            ComponentArgs(plan=planned, after=after, namespace=self._namespaces.get(planned.resolved.namespace), step=step),
             pulumi.ResourceOptions(parent=self),
         )
 
@@ -161,9 +121,3 @@ class GcuStack(pulumi.ComponentResource):
             if definition.outputs is not None:
                 found.update(definition.outputs(component.resolved, self._link_settings(definition.key)))
         return found
-
-    def _declare_namespaces(self, instance: str) -> dict[str, pulumi.Resource]:
-        return {
-            name: declare(f"namespace-{name}", manifests.namespace(name, level, instance), pulumi.ResourceOptions(parent=self))
-            for name, level in namespace_levels(self.deployed.values()).items()
-        }

@@ -2,7 +2,7 @@
 
 A second implementation, written from the Kubernetes documentation ("Object Names and IDs",
 "Labels and Selectors", the container image reference grammar, server-side apply's list-map
-keys, Helm's release naming), independent of components/objects.py and components/spec.py:
+keys, Helm's release naming), independent of components/plan/rules.py and components/spec.py:
 a bug in one shows up as a disagreement with the other in tests/test_properties.py.
 """
 

@@ -1,4 +1,4 @@
-"""The object rules (components/objects.py): a blueprint that validates declares only objects that deploy.
+"""The object rules (components/plan/rules.py): a blueprint that validates declares only objects that deploy.
 
 Bad inputs fail before anything is declared, naming the field, what its value is used for and
 what to do; unusual but legal inputs (digests, long names, dots where allowed) are accepted.
@@ -13,9 +13,9 @@ import pytest
 from harness import DIGEST, PASSWORD, full_spec, run_program, seed_spec
 from k8s_schema import normalise, validate_all
 
-from components import objects
 from components.manifests import label_value, replaced_delete_first
 from components.names import FRONTS_ANNOTATION
+from components.plan import objects
 from components.settings import load_settings
 
 OTHER_DIGEST = "sha256:" + "fedcba9876543210" * 4
@@ -80,7 +80,7 @@ def key(manifest: dict) -> tuple:
 )
 def test_the_plan_is_exactly_what_the_program_declares(spec, config):
     declared = {key(r.manifest): comparable(r.manifest) for r in run(spec, **config).k8s()}
-    planned = {key(p.manifest): comparable(p.manifest) for p in objects.plan(settings_for(spec, **config)).objects}
+    planned = {key(p.manifest): comparable(p.manifest) for p in objects.build(settings_for(spec, **config)).objects}
     settle()
     assert set(planned) == set(declared)
     for name, manifest in declared.items():

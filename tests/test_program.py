@@ -35,3 +35,19 @@ def test_empty_spec_declares_no_objects():
     assert run.k8s() == []
     assert run.outputs["readyResource"] == "0/0"
     assert run.outputs["resourceStatuses"] == []
+
+
+def test_each_ignored_field_is_warned_about_once(monkeypatch):
+    """The blueprint is resolved once per run: the checks and the declarations read the same plan."""
+    import pulumi
+    from harness import full_spec, run_full
+
+    warned: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: warned.append(message))
+    # A sub-part's version that the component's first-level version overrides (the seed's precedence),
+    # and a sub-part namespace that is one per component.
+    run_full(full_spec(**{"nightingale.version": "v1", "nightingale.agentd-deploy": {"version": "v2", "namespace": "other"}}))
+    ignored = [m for m in warned if "is ignored" in m]
+    assert sorted(ignored) == sorted(set(ignored)), ignored
+    assert any("spec.nightingale.agentd-deploy.version is ignored" in m for m in ignored), ignored
+    assert any("spec.nightingale.agentd-deploy.namespace is ignored" in m for m in ignored), ignored

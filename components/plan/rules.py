@@ -1,8 +1,7 @@
 """Every object the stack would declare, built as plain dicts, held to the rules of where its values end up.
 
-`plan(settings)` builds the manifests the program declares, with the same pure builders
-(`manifests.py` and each component's `extras`), and remembers for each object which
-blueprint field named it. `check(settings)` then applies, per object, the rules a
+`problems(plan)` applies, to every object of the one plan (`objects.py`: the objects the
+program declares, each with the blueprint field that named it), the rules a
 Kubernetes 1.33 API server, the kubelet, Helm and server-side apply enforce and the
 OpenAPI schema cannot express:
 
@@ -22,16 +21,12 @@ the value is used for, and what to do. Nothing here declares a resource.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Iterator, Optional
 
-from . import manifests
-from .component import node_port
-from .model import BuildContext, Extras
-from .names import is_label_value
-from .resolve import ResolvedComponent, ResolvedWorkload
-from .settings import NAMESPACE, StackSettings
-from .spec import (
+from ..names import is_label_value
+from ..resolve import ResolvedComponent
+from ..settings import NAMESPACE, StackSettings
+from ..spec import (
     DNS1035_LABEL,
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
@@ -39,7 +34,7 @@ from .spec import (
     is_label_key,
     reference_problem,
 )
-from .stack import namespace_levels, scrape_targets
+from .objects import Plan, PlannedObject, PlannedRelease, show, strings
 
 SUBDOMAIN = (
     DNS1123_SUBDOMAIN, 253,
@@ -77,126 +72,6 @@ NAME_RULES: dict[str, tuple[re.Pattern, int, str]] = {
 HELM_RELEASE = (DNS1123_SUBDOMAIN, 53, "a Helm release name: at most 53 lower-case letters, digits, '-' and '.'")
 
 
-@dataclass
-class Planned:
-    """One object the stack would declare, and where its name came from."""
-
-    manifest: dict
-    name_from: str  # e.g. "spec.exporter.name", "spec.nfd (fixed name 'nfd-clusterrole')"
-    component: Optional[ResolvedComponent] = None
-    workload: Optional[ResolvedWorkload] = None
-    name_value: Optional[str] = None  # the value of that field, when the name is derived from it (`<name>-config`)
-
-    @property
-    def kind(self) -> str:
-        return self.manifest["kind"]
-
-    @property
-    def name(self) -> str:
-        return self.manifest["metadata"]["name"]
-
-    @property
-    def namespace(self) -> Optional[str]:
-        return self.manifest["metadata"].get("namespace")
-
-    def describe(self) -> str:
-        where = f"{self.namespace}/{show(self.name)}" if self.namespace else f"{show(self.name)!r} (cluster-wide)"
-        owner = f" of spec.{self.component.definition.key}" if self.component is not None else ""
-        return f"the {self.kind} {where}{owner}"
-
-
-@dataclass
-class PlannedRelease:
-    release: dict
-    name_from: str
-    component: ResolvedComponent
-
-
-@dataclass
-class Plan:
-    objects: list[Planned] = field(default_factory=list)
-    releases: list[PlannedRelease] = field(default_factory=list)
-
-
-# ---------------------------------------------------------------------------- building
-
-
-def show(value: str, limit: int = 70) -> str:
-    """A value as messages show it: long ones shortened, with their length."""
-    return value if len(value) <= limit else f"{value[:limit - 20]}…({len(value)} characters)"
-
-
-def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
-    """(field path, value) of every string in a dumped model (lists as [i])."""
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _strings(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _strings(item, f"{path}[{index}]")
-
-
-def _name_from(component: ResolvedComponent, name: str) -> tuple[str, Optional[str]]:
-    """The field an object's name came from, and its value: a workload's or the component's name, or another field."""
-    candidates = [(w.name, w.name_from) for w in component.workloads] + [(component.name, component.name_from)]
-    key = component.definition.key
-    candidates += [(v, p) for p, v in _strings(component.spec.model_dump(by_alias=True, exclude_unset=True), f"spec.{key}")]
-    for value, source in candidates:
-        if name == value:
-            return source, value
-    for value, source in sorted(candidates, key=lambda c: -len(c[0])):
-        if value and name.startswith(value + "-"):
-            return source, value
-    return f"spec.{key} (fixed name {name!r})", None
-
-
-def _component_objects(component: ResolvedComponent, context: BuildContext, extras: Extras) -> list[Planned]:
-    instance = context.instance
-
-    def planned(manifest: dict, workload: Optional[ResolvedWorkload] = None) -> Planned:
-        if workload is not None:
-            return Planned(manifest, workload.name_from, component, workload, workload.name)
-        source, value = _name_from(component, manifest["metadata"]["name"])
-        return Planned(manifest, source, component, None, value)
-
-    found = [planned(m) for m in manifests.rbac_objects(component, instance)]
-    if extras.config_files:
-        found.append(planned(manifests.config_map(component, instance, extras.config_files)))
-    found += [planned(m) for m in (*extras.objects, *extras.crds, *extras.custom_resources)]
-    for workload in component.workloads:
-        found.append(planned(manifests.workload_manifest(component, workload, instance, extras.pod), workload))
-        service = workload.definition.service
-        if service is not None:
-            port = node_port(service.node_port, context.settings)
-            found.append(planned(manifests.service_manifest(component, workload, instance, port), workload))
-    return found
-
-
-def _namespaces(deployed: list[ResolvedComponent], instance: str) -> list[Planned]:
-    sources: dict[str, list[str]] = {}
-    for component in deployed:
-        sources.setdefault(component.namespace, []).append(component.namespace_from)
-    return [Planned(manifests.namespace(name, level, instance), " and ".join(sources[name]))
-            for name, level in namespace_levels(deployed).items()]
-
-
-def plan(settings: StackSettings) -> Plan:
-    """Every object and Helm release the program would declare for these settings, as plain data."""
-    deployed = settings.deployed()
-    instance = settings.resource.metadata.name
-    targets = scrape_targets(deployed)
-    result = Plan(objects=_namespaces(deployed, instance))
-    for component in deployed:
-        definition = component.definition
-        context = BuildContext(instance=instance, settings=settings.link_settings.get(definition.key), scrape_targets=targets)
-        extras = definition.extras(component, context) if definition.extras else Extras()
-        result.objects += _component_objects(component, context, extras)
-        result.releases += [PlannedRelease(r, _name_from(component, r["name"])[0], component) for r in extras.releases]
-    return result
-
-
 # ---------------------------------------------------------------------------- rules
 
 
@@ -209,7 +84,7 @@ def _suggest(value: str, pattern: re.Pattern, limit: int) -> Optional[str]:
     return text if text and pattern.match(text) else None
 
 
-def _name_problems(obj: Planned) -> list[str]:
+def _name_problems(obj: PlannedObject) -> list[str]:
     pattern, limit, rule = NAME_RULES.get(obj.kind, SUBDOMAIN)
     name = obj.name
     if len(name) <= limit and pattern.match(name):
@@ -227,7 +102,7 @@ def _name_problems(obj: Planned) -> list[str]:
     return [f"{obj.name_from}: gives {obj.describe()} the name {show(name)!r} ({why}); a {obj.kind} name must be {rule}: {advice}"]
 
 
-def _label_problems(obj: Planned, labels: Optional[dict], where: str) -> list[str]:
+def _label_problems(obj: PlannedObject, labels: Optional[dict], where: str) -> list[str]:
     problems = []
     for key, value in (labels or {}).items():
         if not is_label_key(key):
@@ -257,11 +132,11 @@ def _origin(value: str, sources: list[tuple[str, str]]) -> str:
 
 
 def _all_sources(settings: StackSettings) -> list[tuple[str, str]]:
-    sources = list(_strings(settings.resource.spec.model_dump(by_alias=True, exclude_unset=True), "spec"))
+    sources = list(strings(settings.resource.spec.model_dump(by_alias=True, exclude_unset=True), "spec"))
     sources.append(("metadata.name", settings.resource.metadata.name))
     for model in (settings.options, *settings.link_settings.values()):
         if model is not None:
-            for path, held in _strings(model.model_dump(by_alias=True), ""):
+            for path, held in strings(model.model_dump(by_alias=True), ""):
                 sources.append((f"{NAMESPACE}:{path}", held))
     return sources
 
@@ -290,7 +165,7 @@ def _host_path_problem(path: str) -> Optional[str]:
     return None
 
 
-def _env_problems(obj: Planned, pod_spec: dict, clashes: dict[tuple, list[str]]) -> list[str]:
+def _env_problems(obj: PlannedObject, pod_spec: dict, clashes: dict[tuple, list[str]]) -> list[str]:
     """Each env name once per container: server-side apply keys a container's env by name.
 
     A name the blueprint sets that gcu-stack sets too is collected in `clashes` (one message per
@@ -351,9 +226,9 @@ def _image_problems(component: ResolvedComponent) -> list[str]:
     return problems
 
 
-def _collisions(objects: list[Planned]) -> list[str]:
+def _collisions(objects: list[PlannedObject]) -> list[str]:
     problems = []
-    owners: dict[tuple, Planned] = {}
+    owners: dict[tuple, PlannedObject] = {}
     for obj in objects:
         group = obj.manifest["apiVersion"].rpartition("/")[0]
         key = (group, obj.kind, obj.namespace or "", obj.name)
@@ -381,17 +256,16 @@ def _release_problems(planned: PlannedRelease) -> list[str]:
     return [f"{planned.name_from}: {show(name)!r} names the Helm release of spec.{key} ({len(name)} characters); it must be {rule}"]
 
 
-def problems(settings: StackSettings, built: Optional[Plan] = None) -> list[str]:
-    """Every rule broken by an object this blueprint would declare (empty: all of them deploy)."""
-    found = built or plan(settings)
-    sources = _all_sources(settings)
+def problems(found: Plan) -> list[str]:
+    """Every rule broken by an object this plan would declare (empty: all of them deploy)."""
+    sources = _all_sources(found.settings)
     result: list[str] = []
     clashes: dict[tuple, list[str]] = {}
 
     def add(items: list[str]) -> None:
         result.extend(p for p in items if p not in result)
 
-    for component in settings.deployed():
+    for component in found.deployed:
         add(_image_problems(component))
     for obj in found.objects:
         add(_name_problems(obj))
