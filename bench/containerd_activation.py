@@ -31,7 +31,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from realservers import PROJECT_DIR, PYTHON, reload_count, start_dockerd, stop_dockerd  # noqa: E402
 
-from components.hoststate import containerd_host, cri_client, runtime_host  # noqa: E402
+from components.node import containerd_host, cri_client, runtime_host  # noqa: E402
 from devtools.containerd import Containerd, start_time  # noqa: E402
 
 

@@ -21,9 +21,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from realservers import AuditLog, runtime_props, start_dockerd, stop_dockerd  # noqa: E402
 
-from components.hoststate.cluster import core_api  # noqa: E402
-from components.hoststate.container_runtime import ContainerRuntimeProvider  # noqa: E402
-from components.hoststate.gcu_nodes import GcuNodesProvider  # noqa: E402
+from components.providers.cluster import core_api  # noqa: E402
+from components.providers.container_runtime import ContainerRuntimeProvider  # noqa: E402
+from components.providers.node_labels import GcuNodesProvider  # noqa: E402
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 COMPONENTS = ["devicePlugin", "exporter", "gfd", "toolkit"]

@@ -12,8 +12,8 @@ from typing import Any, ClassVar, Literal, Optional
 from pydantic import Field, create_model, model_validator
 
 from .catalog import COMPONENTS
-from .model import ComponentDef
-from .resolve import ResolvedComponent, resolve
+from .model import ComponentDef, ResolvedComponent
+from .resolve import resolve
 from .spec import BaseFields, Metadata, Model, deployed
 
 

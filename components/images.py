@@ -17,7 +17,7 @@ spec names; nothing is declared (and no docker daemon is needed) when every
 Each build context is staged under `<project>/.state/image-context/<component>/`:
 the files of `images/<component>/` and `images/common/`, the one package file
 found for the component (hard-linked when possible) under `packages/`, and for the
-toolkit `components/hoststate/runtime_host.py`. A context per component keeps
+toolkit `components/node/runtime_host.py`. A context per component keeps
 pulumi-docker's context digest (what decides a rebuild) to the files that image is
 made of, and lets the package directory live anywhere.
 """
@@ -42,7 +42,7 @@ from .spec import ImageName, ImageTag, Repository
 if TYPE_CHECKING:
     import pulumi
 
-    from .resolve import ResolvedComponent
+    from .model import ResolvedComponent
 
 CONFIG_KEY = "gcu-stack:images"
 PASSWORD_KEY = "gcu-stack:registryPassword"

@@ -10,9 +10,8 @@ import hashlib
 import json
 from typing import Any, Optional
 
-from .model import ContainerDef, PodAdditions, RbacDef
+from .model import ContainerDef, PodAdditions, RbacDef, ResolvedComponent, ResolvedContainer, ResolvedWorkload
 from .names import DEPLOY_LABEL_PREFIX, OPERANDS_LABEL, PAUSED_FOR_DRIVER_UPGRADE, label_value  # noqa: F401 (tests use it from here)
-from .resolve import ResolvedComponent, ResolvedContainer, ResolvedWorkload
 
 PART_OF = "gcu-stack"
 # Where a container that mounts the host's /dev keeps its termination message (the default is in /dev).

@@ -1,9 +1,9 @@
 """The vocabulary a component is described in: plain, frozen data.
 
 A component module under `components/catalog/` builds one `ComponentDef` from
-these types; the shared code (`resolve`, `manifests`, `component`, `stack`)
-turns any `ComponentDef` into Kubernetes objects. Nothing here declares a
-resource.
+these types; the shared code (`resolve`, `plan`, `component`, `stack`)
+turns any `ComponentDef` into Kubernetes objects. `resolve` fills the Resolved*
+types at the end from a blueprint's spec. Nothing here declares a resource.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import pulumi
     from pydantic import BaseModel
 
-    from .resolve import ResolvedComponent
+    from .spec import BaseFields
 
 
 @dataclass(frozen=True)
@@ -265,3 +265,44 @@ class ComponentDef:
     uses_device: bool = False
     # Pod Security level for a namespace the stack creates for it; None: derived from host access.
     pod_security: Optional[str] = None
+
+
+# ---------------------------------------------------------------------------- resolved (components/resolve.py)
+
+
+@dataclass(frozen=True)
+class ResolvedContainer:
+    definition: ContainerDef
+    image: str
+    pull_policy: str
+    env: tuple[tuple[str, str], ...]
+    # Where the values came from, for error messages: blueprint field paths ("spec.nfd.master.image"),
+    # or "<path> (unset: default ...)" where the catalog's default applied.
+    image_from: tuple[str, ...] = ()
+    env_from: Optional[str] = None  # the env list used (spec.<key>.env or a sub-part's)
+    # The image's parts as resolved: (repository, image, version), version None when defaulted.
+    image_parts: tuple[str, str, Optional[str]] = ("", "", None)
+
+
+@dataclass(frozen=True)
+class ResolvedWorkload:
+    definition: WorkloadDef
+    name: str
+    node_selector: Optional[dict[str, str]]
+    containers: tuple[ResolvedContainer, ...]
+    name_from: str = ""  # the field naming it, e.g. "spec.nightingale.redis-deploy.name"
+
+
+@dataclass(frozen=True)
+class ResolvedComponent:
+    definition: ComponentDef
+    spec: BaseFields
+    name: str
+    namespace: str
+    workloads: tuple[ResolvedWorkload, ...]
+    name_from: str = ""  # "spec.<key>.name", or "spec.<key>.name (unset: default '<name>')"
+    namespace_from: str = ""
+
+    @property
+    def containers(self) -> tuple[ResolvedContainer, ...]:
+        return tuple(c for w in self.workloads for c in w.containers)

@@ -9,52 +9,13 @@ when the first level leaves it unset; the catalog's default applies last.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import pulumi
 
-from .model import ComponentDef, ContainerDef, WorkloadDef
+from .model import ComponentDef, ContainerDef, ResolvedComponent, ResolvedContainer, ResolvedWorkload, WorkloadDef
 from .names import DEFAULT_PULL_POLICY, DEFAULT_REPOSITORY, DEFAULT_VERSION, GCU_PRESENT_LABEL
 from .spec import BaseFields, is_digest
-
-
-@dataclass(frozen=True)
-class ResolvedContainer:
-    definition: ContainerDef
-    image: str
-    pull_policy: str
-    env: tuple[tuple[str, str], ...]
-    # Where the values came from, for error messages: blueprint field paths ("spec.nfd.master.image"),
-    # or "<path> (unset: default ...)" where the catalog's default applied.
-    image_from: tuple[str, ...] = ()
-    env_from: Optional[str] = None  # the env list used (spec.<key>.env or a sub-part's)
-    # The image's parts as resolved: (repository, image, version), version None when defaulted.
-    image_parts: tuple[str, str, Optional[str]] = ("", "", None)
-
-
-@dataclass(frozen=True)
-class ResolvedWorkload:
-    definition: WorkloadDef
-    name: str
-    node_selector: Optional[dict[str, str]]
-    containers: tuple[ResolvedContainer, ...]
-    name_from: str = ""  # the field naming it, e.g. "spec.nightingale.redis-deploy.name"
-
-
-@dataclass(frozen=True)
-class ResolvedComponent:
-    definition: ComponentDef
-    spec: BaseFields
-    name: str
-    namespace: str
-    workloads: tuple[ResolvedWorkload, ...]
-    name_from: str = ""  # "spec.<key>.name", or "spec.<key>.name (unset: default '<name>')"
-    namespace_from: str = ""
-
-    @property
-    def containers(self) -> tuple[ResolvedContainer, ...]:
-        return tuple(c for w in self.workloads for c in w.containers)
 
 
 def _was_set(model: Optional[BaseFields], field: str) -> bool:

@@ -21,7 +21,7 @@ from .blueprint import GcuResource, deployed_components
 from .errors import BlueprintError, describe
 from .images import ImagesOptions
 from .links import settings_models
-from .resolve import ResolvedComponent
+from .model import ResolvedComponent
 
 NAMESPACE = "gcu-stack"
 DEFAULT_RESOURCE_NAME = "enflame-gcu-resource"

@@ -10,7 +10,7 @@ import json
 import threading
 import time
 
-from components.hoststate import driver_upgrade as du
+from components.providers import driver_rollout as du
 
 
 def apply(cluster, objects: list) -> None:

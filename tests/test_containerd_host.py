@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from realservers import PROJECT_DIR, PYTHON
 
-from components.hoststate import containerd_host as ch
-from components.hoststate import cri_client
+from components.node import containerd_host as ch
+from components.node import cri_client
 from devtools import start_time
 from devtools.containerd import Containerd
 
@@ -437,7 +437,7 @@ def test_cli_activate_restore_and_refusal(containerd, fresh, tmp_path):
     shipped = tmp_path / "opt-gcu-stack"
     shipped.mkdir()
     for name in ("containerd_host.py", "cri_client.py", "hostfiles.py"):
-        shutil.copy(PROJECT_DIR / "components" / "hoststate" / name, shipped / name)
+        shutil.copy(PROJECT_DIR / "components" / "node" / name, shipped / name)
     script = shipped / "containerd_host.py"
     common = ["--config-toml", str(d.config_file), "--dropin", str(dropin_path(d)), "--address", d.address,
               "--restart-command", shlex.join(d.restart_command()), "--node", "new-node"]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from realservers import PROJECT_DIR, PYTHON, reload_count, runtime_props, start_dockerd, stop_dockerd, write_raw
 
-from components.hoststate import runtime_host
-from components.hoststate.container_runtime import ContainerRuntimeProvider
+from components.node import runtime_host
+from components.providers.container_runtime import ContainerRuntimeProvider
 
 # Deliberately odd formatting: restore must give back these bytes, not a re-rendering.
 ORIGINAL = '{\n    "log-level": "info",\n  "labels": ["gcu-test=1"],\n\t"max-concurrent-downloads": 3\n}\n'
@@ -186,7 +186,7 @@ def test_diff_ignores_the_serialized_provider_and_never_replaces(dockerd):
 
 def test_the_toolkit_entrypoint_cli_agrees_with_the_provider(dockerd, fresh):
     """The toolkit image runs runtime_host.py at start: same activation, restorable by the provider state."""
-    script = PROJECT_DIR / "components" / "hoststate" / "runtime_host.py"
+    script = PROJECT_DIR / "components" / "node" / "runtime_host.py"
     common = ["--daemon-json", str(dockerd.config_file), "--docker-host", dockerd.host, "--pid-file", str(dockerd.pidfile), "--node", "new-node"]
     done = subprocess.run([PYTHON, str(script), "activate", "--runtime-path", dockerd.runc_path, *common], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr

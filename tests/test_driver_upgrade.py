@@ -1,4 +1,4 @@
-"""The driver rollout (components/hoststate/driver_upgrade.py) against a real kube-apiserver 1.33 with kwok nodes.
+"""The driver rollout (components/providers/driver_rollout.py) against a real kube-apiserver 1.33 with kwok nodes.
 
 The cluster carries what the stack would have deployed on GCU nodes that advertise
 `enflame.com/gcu`: the driver DaemonSet (OnDelete) and a device plugin, GCU jobs with a
@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from realnode_fixtures import wait_until
 
 from components.catalog import BY_KEY
-from components.hoststate import driver_upgrade as du
 from components.manifests import workload_manifest
 from components.model import PodAdditions
+from components.providers import driver_rollout as du
 from components.resolve import resolve
 from components.spec import BaseFields
 

@@ -15,7 +15,7 @@ from harness import seed_spec
 from pulumi import automation as auto
 from realnode_fixtures import wait_until
 
-from components.hoststate import driver_upgrade as du
+from components.providers import driver_rollout as du
 
 GCU_NODES = ["gcu-node-1", "gcu-node-2", "gcu-node-3"]
 NODES = [(n, GCU_NODE_LABELS, GCUS) for n in GCU_NODES] + [("cpu-node-1", {})]

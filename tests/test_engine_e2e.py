@@ -16,7 +16,7 @@ from harness import seed_spec
 from pulumi import automation as auto
 from realservers import AuditLog
 
-from components.hoststate.cluster import core_api
+from components.providers.cluster import core_api
 
 MANAGED = "enflame.com/gcu.deploy.exporter"
 GCU_NODES = ["gcu-node-1", "gcu-node-2"]

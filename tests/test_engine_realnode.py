@@ -23,7 +23,7 @@ from engine import node as node_object
 from pulumi import automation as auto
 from realnode_fixtures import apply, shell_pod, wait_pod_phase, wait_until
 
-from components.hoststate import cri_client
+from components.node import cri_client
 from devtools import standin_node
 from devtools.realnode import RealNode
 

@@ -26,7 +26,7 @@ from engine import GCU_NODE_LABELS, engine_stack, outputs, set_json_config
 from harness import seed_spec
 from pulumi import automation as auto
 
-from components.hoststate.cluster import core_api
+from components.providers.cluster import core_api
 
 # The GCU nodes advertise both GCU resources, as the device plugin or the GCU-share plugin would
 # (post-deploy validation looks for the one the deployed plugin advertises).

@@ -21,7 +21,7 @@ from harness import CONTAINER_RUNTIME
 from pulumi import automation as auto
 from realservers import PROJECT_DIR, PYTHON, reload_count
 
-from components.hoststate import cri_client
+from components.node import cri_client
 from devtools import start_time
 from devtools.containerd import Containerd
 

@@ -14,7 +14,7 @@ import subprocess
 import tarfile
 
 import pytest
-from engine import GCU_NODE_LABELS, GCUS, PROJECT_FILES, changes, engine_stack
+from engine import GCU_NODE_LABELS, GCUS, PROJECT_FILES, changes, engine_stack, node
 from pulumi import automation as auto
 from realservers import PROJECT_DIR
 
@@ -108,3 +108,67 @@ def test_this_program_changes_only_what_it_must_on_a_stack_the_release_deployed(
     # Then the stack is this release's: another up changes nothing.
     again = current.up(on_output=lambda _: None)
     assert changes(again.summary.resource_changes) == {}
+
+
+# ---------------------------------------------------------------------------- the module move (architecture II)
+
+# The last landed commit before the providers moved from components/hoststate/ to components/providers/ (and the
+# node code to components/node/): its state pickles each dynamic provider under its old module path.
+BEFORE_THE_MOVE = "b115639"
+
+
+def provider_modules(stack: auto.Stack) -> set[str]:
+    """The module paths the state's dynamic providers are pickled under (dill names the module of the class)."""
+    import base64
+    import re
+
+    found = set()
+    for resource in stack.export_stack().deployment["resources"]:
+        pickled = (resource.get("inputs") or {}).get("__provider")
+        if pickled:
+            found |= set(re.findall(r"components\.[a-z_.]*[a-z_]", base64.b64decode(pickled).decode("latin-1")))
+    return found
+
+
+@pytest.fixture(scope="module")
+def deployed_before_the_move(tmp_path_factory):
+    root = tmp_path_factory.mktemp("moved")
+    with engine_stack(root, NODES, "moved", check_destroy=True) as current:
+        old_dir = root / "release"
+        export_release(BEFORE_THE_MOVE, old_dir)
+        shutil.copy2(root / "project" / "Pulumi.moved.yaml", old_dir / "Pulumi.moved.yaml")
+        release = auto.Stack.select(
+            "moved",
+            auto.LocalWorkspace(work_dir=str(old_dir), pulumi_home=str(root / "home"), env_vars=current.stack.workspace.env_vars),
+        )
+        release.up(on_output=lambda _: None)
+        assert release.outputs()["readyResource"].value == "5/5"
+        yield current
+
+
+def test_a_stack_deployed_before_the_move_previews_refreshes_updates_and_destroys(deployed_before_the_move):
+    current = deployed_before_the_move
+    old_paths = {m for m in provider_modules(current.stack) if m.startswith("components.hoststate.")}
+    # Its state names the providers by their old paths: what the shims in components/hoststate/ serve.
+    assert old_paths >= {"components.hoststate.gcu_nodes", "components.hoststate.container_runtime",
+                         "components.hoststate.validation"}, old_paths
+    # The move kept every URN and input: nothing to change.
+    events: list = []
+    current.stack.preview(on_event=events.append, on_output=lambda _: None)
+    assert steps_by_op(events) == {}
+    # refresh reads every dynamic resource through the provider pickled in its state (old paths).
+    current.stack.refresh(on_output=lambda _: None)
+    # An update of one dynamic resource, targeted so that the others keep their old-path providers for the destroy.
+    current.stack.set_config("gcu-stack:gcuNodes", auto.ConfigValue('{"pageSize": 250}'))
+    (labels_urn,) = [r["urn"] for r in current.stack.export_stack().deployment["resources"] if r["urn"].endswith("::gcu-nodes")]
+    events = []
+    current.stack.up(target=[labels_urn], on_output=lambda _: None, on_event=events.append)
+    assert steps_by_op(events) == {"update": {"GcuNodes::gcu-nodes"}}
+    modules = provider_modules(current.stack)
+    assert "components.providers.node_labels" in modules and "components.hoststate.container_runtime" in modules, modules
+    # destroy deletes through the providers in the state: every label gcu-stack set is gone from the nodes.
+    current.stack.destroy(on_output=lambda _: None)
+    for name in ("gcu-node-1", "gcu-node-2"):
+        labels = node(current.cluster, name)["metadata"].get("labels") or {}
+        assert not [k for k in labels if k.startswith("enflame.com/gcu.deploy.") or k == "enflame.com/gcu.present"], labels
+    assert current.stack.export_stack().deployment.get("resources") in (None, [])

@@ -13,9 +13,9 @@ import time
 import pytest
 
 from components.catalog import BY_KEY
-from components.hoststate import NODE_CODE_DIR, NODE_FILES
-from components.hoststate.transports import BACKENDS
 from components.images import DEFS
+from components.node import NODE_CODE_DIR, NODE_FILES
+from components.providers.transports import BACKENDS
 from devtools import imagebuild
 
 pytestmark = pytest.mark.timeout(900)
@@ -78,7 +78,7 @@ def test_the_workload_executable_is_where_the_workload_expects_it(builds, docker
 
 @pytest.mark.parametrize("runtime", sorted(BACKENDS))
 def test_runtime_pod_command_runs_in_the_toolkit_image(builds, dockerd, runtime):
-    # components/hoststate/transports.py runs `python3 /opt/gcu-stack/<module> ...` from it, for each runtime.
+    # components/providers/transports.py runs `python3 /opt/gcu-stack/<module> ...` from it, for each runtime.
     module = f"{NODE_CODE_DIR}/{BACKENDS[runtime].script}"
     answer = run(dockerd, builds[0]["toolkit"].image_name, module, "--help", entrypoint="python3")
     assert "activate" in answer.stdout and "inspect" in answer.stdout

@@ -96,7 +96,7 @@ def test_toolkit_build_feeds_its_daemonset_and_the_activation_pod(project):
     assert image.inputs["build"]["args"]["BASE_IMAGE"] == "python:3.11-slim"
     context = Path(image.inputs["build"]["context"])
     # The node code, exactly as the provider runs it, goes into the image.
-    from components.hoststate import HERE, NODE_FILES
+    from components.node import HERE, NODE_FILES
 
     for name in NODE_FILES:
         assert (context / "node-code" / name).read_bytes() == (HERE / name).read_bytes(), name

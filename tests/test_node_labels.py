@@ -1,4 +1,4 @@
-"""GCU node labels (components/hoststate/node_labels.py, and GcuNodes in provider.py): the pure planner,
+"""GCU node labels (components/providers/node_labels.py, and GcuNodes in provider.py): the pure planner,
 then against a real kube-apiserver (with etcd): labels, opt-outs, exact removal, drift, conflicts."""
 
 import json
@@ -8,11 +8,11 @@ import time
 import pytest
 from realservers import AuditLog
 
-from components.hoststate.cluster import core_api
-from components.hoststate.gcu_nodes import GcuNodesProvider
-from components.hoststate.node_labels import (
+from components.providers.cluster import core_api
+from components.providers.node_labels import (
     MANAGED_ANNOTATION,
     DriverMissingError,
+    GcuNodesProvider,
     Selection,
     drift_of,
     plan_node,
@@ -188,7 +188,7 @@ def test_concurrent_writer_causing_conflicts_is_survived(cluster, api, audit):
 
 def test_a_node_that_disappears_mid_run_is_tolerated(cluster, api):
     make_nodes(api, {"gcu-a": dict(GCU), "gcu-gone": dict(GCU)})
-    from components.hoststate import node_labels
+    from components.providers import node_labels
 
     real_write = node_labels.NodeLabeler._write
 

@@ -1,11 +1,11 @@
-"""The transports (components/hoststate/transports.py): the runtime pod each runtime gets, and how its answer is read."""
+"""The transports (components/providers/transports.py): the runtime pod each runtime gets, and how its answer is read."""
 
 import kubernetes_validate
 import pytest
 from k8s_schema import KUBERNETES_VERSION
 
-from components.hoststate import NODE_CODE_DIR
-from components.hoststate.transports import LocalTransport, PodTransport, parse_result, transport_for
+from components.node import NODE_CODE_DIR
+from components.providers.transports import LocalTransport, PodTransport, parse_result, transport_for
 from components.steps.runtime_activation import ContainerdOptions, DockerRuntimeOptions
 
 PROPS = {

@@ -1,4 +1,4 @@
-"""Post-deploy validation (components/hoststate/validation.py) against a real kube-apiserver,
+"""Post-deploy validation (components/providers/node_validation.py) against a real kube-apiserver,
 controller manager and scheduler with kwok-simulated nodes. Never skipped.
 
 The tests play the kubelet's part where kwok does not: a node's allocatable (as a device
@@ -22,8 +22,8 @@ import pytest
 from k8s_schema import KUBERNETES_VERSION
 from realservers import PROJECT_DIR, AuditLog
 
-from components.hoststate import validation as v
-from components.hoststate.cluster import core_api
+from components.providers import node_validation as v
+from components.providers.cluster import core_api
 
 PRESENT = "enflame.com/gcu.present"
 GCU = "enflame.com/gcu"

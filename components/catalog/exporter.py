@@ -5,8 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..manifests import labels, metadata, selector
-from ..model import BuildContext, ComponentDef, ContainerDef, Extras, ImageDef, NodePort, Resources, ServiceDef
-from ..resolve import ResolvedComponent
+from ..model import BuildContext, ComponentDef, ContainerDef, Extras, ImageDef, NodePort, ResolvedComponent, Resources, ServiceDef
 from .common import DEV, SYS, TOPSCLOUD_HINT, one
 
 PORT = 9400

@@ -6,9 +6,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BeforeValidator, Field
 
-from ..model import BuildContext, ComponentDef, ContainerDef, Extras, ImageDef, PodAdditions, RbacDef
+from ..model import BuildContext, ComponentDef, ContainerDef, Extras, ImageDef, PodAdditions, RbacDef, ResolvedComponent
 from ..names import GCUSHARE_RESOURCE
-from ..resolve import ResolvedComponent
 from ..spec import DNS1123_SUBDOMAIN, BaseFields, matching, scalar_to_str
 from .common import DEV, DEVICE_PLUGINS, TOPSCLOUD_HINT, one
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..model import ComponentDef, ContainerDef, ImageDef, NodePort, RbacDef, ServiceDef, WorkloadDef
+from ..model import ComponentDef, ContainerDef, ImageDef, NodePort, RbacDef, ResolvedComponent, ServiceDef, WorkloadDef
 from ..names import GCUSHARE_RESOURCE
-from ..resolve import ResolvedComponent
 from .common import TOPSCLOUD_HINT, tcp_ready
 
 PORT = 32766

@@ -13,9 +13,8 @@ import yaml
 
 from ..config import one_setting
 from ..manifests import labels, metadata
-from ..model import BuildContext, ComponentDef, ContainerDef, Extras, HostMount, RbacDef, WorkloadDef
+from ..model import BuildContext, ComponentDef, ContainerDef, Extras, HostMount, RbacDef, ResolvedComponent, WorkloadDef
 from ..names import GCU_PRESENT_LABEL
-from ..resolve import ResolvedComponent
 from ..spec import BaseFields
 from ..steps.gcu_nodes import GcuNodesOptions
 

@@ -13,8 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..manifests import labels, metadata
-from ..model import BuildContext, ComponentDef, ContainerDef, Extras, NodePort, PodAdditions, Resources, ServiceDef, WorkloadDef
-from ..resolve import ResolvedComponent
+from ..model import BuildContext, ComponentDef, ContainerDef, Extras, NodePort, PodAdditions, ResolvedComponent, Resources, ServiceDef, WorkloadDef
 from ..spec import BaseFields, Model, ObjectName
 from .common import http_ready, tcp_ready
 

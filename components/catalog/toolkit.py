@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import shlex
 
-from ..hoststate import HERE as NODE_CODE
-from ..hoststate import NODE_FILES, runtime_host
-from ..hoststate.transports import BACKENDS
 from ..manifests import labels, metadata
-from ..model import BuildContext, ComponentDef, ContainerDef, Extras, HostMount, ImageDef, PodAdditions, RbacDef, Resources
-from ..resolve import ResolvedComponent
+from ..model import BuildContext, ComponentDef, ContainerDef, Extras, HostMount, ImageDef, PodAdditions, RbacDef, ResolvedComponent, Resources
+from ..node import HERE as NODE_CODE
+from ..node import NODE_FILES, runtime_host
+from ..providers.transports import BACKENDS
 from ..steps.runtime_activation import RUNTIME_ACTIVATION, RuntimeSettings
 from .common import GCU_LOGS, TOPSCLOUD_HINT, one
 

@@ -8,9 +8,9 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ..config import one_setting
-from ..model import BuildContext, ComponentDef, Extras
+from ..model import BuildContext, ComponentDef, Extras, ResolvedComponent
 from ..names import DEFAULT_PULL_POLICY, DEFAULT_REPOSITORY, DEFAULT_VERSION
-from ..resolve import ResolvedComponent, effective
+from ..resolve import effective
 from ..spec import DNS1035_LABEL, BaseFields, is_digest, reference_problem
 
 PARTS = {"controller": "vc-controller-manager", "admission": "vc-webhook-manager", "scheduler": "vc-scheduler"}

@@ -1,12 +1,8 @@
-"""What gcu-stack manages on the nodes themselves (labels, the container runtime's configuration).
+"""Old module paths of the bundled dynamic providers, kept for stacks deployed by earlier releases.
 
-`NODE_FILES` is the node code: standard-library Python that runs unchanged in the bundled
-dynamic providers, in the short-lived activation pods and in the toolkit image, which
-carries exactly these files under /opt/gcu-stack/.
+Pulumi stores a dynamic resource's provider in the stack's state, pickled by module path, and uses
+that stored provider to read, update and delete the resource. Earlier releases kept the providers
+here; they now live in `components/providers/` (engine code), and the code that runs on nodes in
+`components/node/`. Each module here only re-exports provider classes under their old paths (proven
+by tests/test_engine_upgrade.py with a stack deployed before the move): never add code here.
 """
-
-from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
-NODE_FILES = ("hostfiles.py", "runtime_host.py", "cri_client.py", "containerd_host.py", "node_runtime.py")
-NODE_CODE_DIR = "/opt/gcu-stack"

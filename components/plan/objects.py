@@ -15,8 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from .. import manifests
-from ..model import BuildContext, Extras, NodePort
-from ..resolve import ResolvedComponent, ResolvedWorkload
+from ..model import BuildContext, Extras, NodePort, ResolvedComponent, ResolvedWorkload
 from ..settings import StackSettings
 
 # What a planned object is to its component, and so what it waits for when declared.

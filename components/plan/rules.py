@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from typing import Iterator, Optional
 
+from ..model import ResolvedComponent
 from ..names import is_label_value
-from ..resolve import ResolvedComponent
 from ..settings import NAMESPACE, StackSettings
 from ..spec import (
     DNS1035_LABEL,

@@ -1,4 +1,4 @@
-"""The driver's step: upgrades roll node by node (components/hoststate/driver_upgrade.py), planned in the preview.
+"""The driver's step: upgrades roll node by node (components/providers/driver_rollout.py), planned in the preview.
 
 The driver DaemonSet is OnDelete, so changing it (a new `spec.driver.version`) starts
 nothing by itself; this step moves GCU pods off each node, pauses the GCU operands there,
@@ -16,12 +16,12 @@ import pulumi
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config import one_setting
-from ..hoststate import cluster_view
-from ..hoststate.bundled import as_props
-from ..hoststate.driver_upgrade import Cluster, DriverUpgrade, DriverUpgradeInputs, describe, plan
 from ..manifests import TEMPLATE_HASH_ANNOTATION
 from ..model import StepContext, StepDef, StepResult
 from ..names import GCU_RESOURCE, GCUSHARE_RESOURCE
+from ..providers import live_nodes
+from ..providers.bundled import as_props
+from ..providers.driver_rollout import Cluster, DriverUpgrade, DriverUpgradeInputs, describe, plan
 from ..spec import label_selector_problem
 from .gcu_nodes import KEY as GCU_NODES
 from .validation import validation_inputs
@@ -94,7 +94,7 @@ def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeIn
                 raise
             pulumi.log.info("driver: not deployed yet; its pods start at the new version, nothing to upgrade")
             return
-        nodes = cluster_view.gcu_nodes(kubeconfig, inputs.context, context.results[GCU_NODES].facts["selection"])
+        nodes = live_nodes.gcu_nodes(kubeconfig, inputs.context, context.results[GCU_NODES].facts["selection"])
         unchanged = (live["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION) == inputs.template
         # A new template: every driver pod becomes old. The same one: only pods an earlier rollout left behind.
         revision = (cluster.newest_revision(live) or "(unknown)") if unchanged else "(the new revision)"

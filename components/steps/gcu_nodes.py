@@ -10,9 +10,8 @@ import pulumi
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config import one_setting
-from ..hoststate.gcu_nodes import GcuNodes, GcuNodesInputs
-from ..hoststate.node_labels import DEFAULT_DRIVER_LABEL, Selection
 from ..model import StepContext, StepDef, StepResult
+from ..providers.node_labels import DEFAULT_DRIVER_LABEL, GcuNodes, GcuNodesInputs, Selection
 from ..spec import DNS1123_SUBDOMAIN, node_selector
 
 KEY = "gcuNodes"

@@ -13,10 +13,11 @@ from typing import Literal, Optional
 import pulumi
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..hoststate import cluster_view, containerd_host, runtime_host
-from ..hoststate.container_runtime import ContainerRuntime, ContainerRuntimeInputs
-from ..hoststate.node_runtime import SUPPORTED, runtime_of
 from ..model import StepContext, StepDef, StepResult
+from ..node import containerd_host, runtime_host
+from ..node.node_runtime import SUPPORTED, runtime_of
+from ..providers import live_nodes
+from ..providers.container_runtime import ContainerRuntime, ContainerRuntimeInputs
 from .gcu_nodes import KEY as GCU_NODES
 
 DOCKER = runtime_host.HostSettings()  # docker's paths on a node: the defaults live with the node code
@@ -104,7 +105,7 @@ def _report_unsupported(context: StepContext, settings: "RuntimeSettings", kubec
     if settings.container_runtime != "auto":
         return
     try:
-        nodes = cluster_view.gcu_nodes(kubeconfig, context.cluster.context, context.results[GCU_NODES].facts["selection"])
+        nodes = live_nodes.gcu_nodes(kubeconfig, context.cluster.context, context.results[GCU_NODES].facts["selection"])
     except Exception as error:  # noqa: BLE001 - a preview without cluster access still previews
         pulumi.log.info(f"the container runtime of each GCU node was not read ({error}); it is read when the runtime is activated")
         return

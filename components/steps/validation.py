@@ -2,7 +2,7 @@
 
 `pulumi up` ends only when every GCU node where the device plugin (or the GCU-share plugin)
 runs advertises its GCU resource, and, unless turned off, a pod asking for one GCU ran
-there (components/hoststate/validation.py). Present whenever either plugin is deployed.
+there (components/providers/node_validation.py). Present whenever either plugin is deployed.
 
 When it runs: on the first `up`; when what it validated changes (the GCU nodes, the
 plugin, the driver's, toolkit's or plugin's image or env, these settings); and when a
@@ -18,9 +18,9 @@ import pulumi
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config import one_setting
-from ..hoststate.validation import RUNTIME_CLASS, SELFCHECK, GcuValidation, GcuValidationInputs
 from ..model import StepContext, StepDef, StepResult
 from ..names import GCU_RESOURCE, GCUSHARE_RESOURCE
+from ..providers.node_validation import RUNTIME_CLASS, SELFCHECK, GcuValidation, GcuValidationInputs
 from ..spec import DNS1123_LABEL, PULL_POLICIES, reference_problem
 from .gcu_nodes import KEY as GCU_NODES
 

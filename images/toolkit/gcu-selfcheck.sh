@@ -1,6 +1,6 @@
 #!/bin/sh
 # gcu-selfcheck: what gcu-stack's post-deploy validation pod runs by default
-# (gcu-stack:validation, components/hoststate/validation.py). The pod asks for one
+# (gcu-stack:validation, components/providers/node_validation.py). The pod asks for one
 # GCU; the device plugin gives the container that GCU's device file(s). This lists
 # the GCU device files the container was given and fails when there are none.
 # POSIX sh only, so it runs in any image; exit 0: at least one, 1: none.

@@ -702,7 +702,7 @@ def _plugin_section(parsed: dict, plugin: str) -> Optional[dict]:
 
 
 @dataclass
-class Plan:
+class ActivationPlan:
     version: int
     config: Optional[bytes]  # config.toml as it should be
     dropin: bytes  # the drop-in as it should be
@@ -725,7 +725,7 @@ def _default_version(host: ContainerdHost) -> int:
     return 3 if major and int(major.group(1)) >= 2 else 2
 
 
-def plan(host: ContainerdHost, runtime_path: str, config: Optional[bytes]) -> Plan:
+def plan(host: ContainerdHost, runtime_path: str, config: Optional[bytes]) -> ActivationPlan:
     """What config.toml and the drop-in must hold for `enflame`, from config.toml as it is now. Writes nothing."""
     s = host.settings
     data = parse_toml(config, s.config_toml, s.label)
@@ -807,7 +807,7 @@ def plan(host: ContainerdHost, runtime_path: str, config: Optional[bytes]) -> Pl
         section = {"containerd": containerd}
         header = DROPIN_HEADER
     dropin = (header + dumps({"version": version, "plugins": {plugin: section}})).encode("utf-8")
-    return Plan(version, desired_config, dropin, covered, cri_source)
+    return ActivationPlan(version, desired_config, dropin, covered, cri_source)
 
 
 def _overrides(section: Optional[dict], version: int, set_default: bool) -> bool:

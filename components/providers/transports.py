@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from . import NODE_CODE_DIR, containerd_host, runtime_host
+from ..node import NODE_CODE_DIR, containerd_host, runtime_host
 from .cluster import core_api
 
 # Host keys of the local transport: one per runtime, since the node is this machine.

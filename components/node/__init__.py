@@ -1,0 +1,13 @@
+"""Node code: what runs on a GCU node itself (the container runtime's configuration, which runtime a node uses).
+
+`NODE_FILES` is standard-library Python that runs unchanged in the bundled dynamic providers
+(local transport), in the short-lived activation pods and in the toolkit image, which carries
+exactly these files under /opt/gcu-stack/. Engine code (providers, orchestration) is in
+`components/providers/`.
+"""
+
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+NODE_FILES = ("hostfiles.py", "runtime_host.py", "cri_client.py", "containerd_host.py", "node_runtime.py")
+NODE_CODE_DIR = "/opt/gcu-stack"

@@ -1,0 +1,685 @@
+"""DriverUpgrade (pulumi-python:dynamic/gcu:DriverUpgrade): the GCU driver rolled out node by node, never
+under a running GCU job.
+
+The driver DaemonSet is `OnDelete`: changing it only records a new revision. This resource
+then upgrades, in waves, every GCU node whose driver pod is not at that revision:
+
+    upgrade-required → cordoned → (wait for jobs) → evicting → restarting-driver → validating → done
+                                                                                 (or failed)
+
+per node: cordon (remembering whether it already was), wait for pods matching
+`waitForCompletion`, evict every pod that requests a GCU resource through the Eviction API
+(PodDisruptionBudgets honoured; optionally drain when that does not finish in time), pause the
+GCU operands on the node through their deploy label (`paused-for-driver-upgrade`, excluded by
+their DaemonSets' node affinity), delete the driver pod and wait for the new one to be Ready
+(Ready means "the right version is loaded"), restore the operand labels and wait for their
+pods, validate the node, uncordon. The state is on the node (`enflame.com/gcu.driver-upgrade-state`,
+a reason annotation when it failed). A failure stops the rollout after the current wave with
+the node cordoned; the next update resumes and skips finished nodes. Delete leaves no cordon,
+label or annotation of gcu-stack's behind.
+
+`plan()` is pure: the preview prints it, the rollout follows it wave by wave.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import pulumi
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
+
+from ..names import DEPLOY_LABEL_PREFIX, PAUSED_FOR_DRIVER_UPGRADE
+from .bundled import Bundled, changed_inputs, inputs_of
+from .cluster import core_api
+
+STATE_LABEL = "enflame.com/gcu.driver-upgrade-state"
+SKIP_LABEL = "enflame.com/gcu.driver-upgrade.skip"
+REASON_ANNOTATION = "enflame.com/gcu.driver-upgrade-reason"
+# What gcu-stack changed on a node, so that it puts back exactly that.
+CORDONED_ANNOTATION = "gcu-stack.enflame.com/driver-upgrade-cordoned"
+PAUSED_ANNOTATION = "gcu-stack.enflame.com/driver-upgrade-paused"
+PAUSED = PAUSED_FOR_DRIVER_UPGRADE
+REVISION_LABEL = "controller-revision-hash"
+UPGRADE_REQUIRED, CORDONED, WAITING, EVICTING, RESTARTING, VALIDATING, DONE, FAILED = (
+    "upgrade-required", "cordoned", "waiting-for-jobs", "evicting", "restarting-driver", "validating", "done", "failed",
+)
+POLL = 1.0
+
+
+class NodeFailed(Exception):
+    """One node's upgrade stopped; it stays cordoned, in state `failed`, with the reason annotated."""
+
+    def __init__(self, node: str, step: str, message: str):
+        super().__init__(f"{node}: {step}: {message}")
+        self.node, self.step, self.message = node, step, message
+
+
+# ---------------------------------------------------------------------------- inputs
+
+
+@dataclass
+class DriverUpgradeInputs:
+    """Every input of a DriverUpgrade resource, under its property name."""
+
+    daemonSet: str  # the driver DaemonSet
+    namespace: str
+    template: str  # a hash of its pod template: a new one means a rollout
+    image: Any  # the driver image the new revision runs (for the plan and the messages)
+    nodes: Any  # the GCU nodes (GcuNodes)
+    operands: list[str]  # node agents paused while the driver is replaced (their deploy-label keys)
+    resources: list[str]  # extended resources: pods requesting one are moved off first
+    maxParallel: int
+    maxUnavailable: str  # "25%" or a count; nodes already unschedulable count
+    waitForCompletion: dict  # {"selector": "k=v,...", "timeoutSeconds": n}; selector "" waits for nothing
+    evictionTimeoutSeconds: int
+    drain: dict  # {"enabled": bool, "timeoutSeconds": n}: delete what eviction could not move (PDBs overridden)
+    driverReadyTimeoutSeconds: int
+    operandReadyTimeoutSeconds: int
+    validation: Optional[dict]  # the GcuValidation inputs, when the stack validates; None: no validation
+    kubeconfig: Any = None
+    context: Optional[str] = None
+
+
+INPUTS = tuple(DriverUpgradeInputs.__dataclass_fields__)
+OUTPUTS = ("revision", "states", "skipped", "upgraded", "failed", "mostUnavailable", "message", "finishedAt")
+
+
+# ---------------------------------------------------------------------------- the plan (pure)
+
+
+@dataclass
+class NodeFacts:
+    """What the plan needs to know about one GCU node."""
+
+    name: str
+    unschedulable: bool = False
+    labels: dict = field(default_factory=dict)
+    annotations: dict = field(default_factory=dict)
+    driver_revision: Optional[str] = None  # its driver pod's revision; None: no driver pod there
+    gcu_pods: list = field(default_factory=list)  # "namespace/name" of pods requesting a GCU resource
+
+
+@dataclass
+class RolloutPlan:
+    revision: str
+    waves: list  # [[node, ...], ...]
+    skipped: dict  # node -> why
+    current: list  # nodes already at the revision (and not failed)
+    evictions: dict  # node -> ["namespace/pod", ...]
+    total: int  # GCU nodes
+    budget: int  # nodes that may be unavailable at once (maxUnavailable)
+    already: int  # nodes unschedulable before the rollout (not by gcu-stack)
+    most_unavailable: int
+
+    @property
+    def nodes(self) -> list[str]:
+        return [n for wave in self.waves for n in wave]
+
+
+def unavailable_budget(max_unavailable: Any, total: int) -> int:
+    """maxUnavailable as a node count: "25%" of the GCU nodes (rounded down, at least 1) or a number."""
+    text = str(max_unavailable).strip()
+    if text.endswith("%"):
+        return max(1, math.floor(total * float(text[:-1]) / 100))
+    return max(1, int(text))
+
+
+def ours_cordoned(facts: NodeFacts) -> bool:
+    return facts.annotations.get(CORDONED_ANNOTATION) == "true"
+
+
+def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailable: Any) -> RolloutPlan:
+    """Which nodes to upgrade, in which waves, moving which pods; which are skipped and why."""
+    nodes = sorted(facts, key=lambda f: f.name)
+    skipped, current, todo = {}, [], []
+    for node in nodes:
+        if node.labels.get(SKIP_LABEL) == "true":
+            skipped[node.name] = f"label {SKIP_LABEL}=true"
+        elif node.driver_revision is None:
+            skipped[node.name] = "no driver pod on the node (its nodeSelector or an opt-out label keeps it off)"
+        elif node.driver_revision == revision and node.labels.get(STATE_LABEL) != FAILED:
+            current.append(node.name)
+        else:
+            todo.append(node)
+    # A node cordoned by someone else is unavailable already; one cordoned by an interrupted rollout is ours.
+    already = sum(1 for n in nodes if n.unschedulable and not ours_cordoned(n))
+    budget = unavailable_budget(max_unavailable, len(nodes))
+    # Resume first what an interrupted rollout left cordoned, then the rest by name.
+    todo.sort(key=lambda n: (not ours_cordoned(n), n.name))
+    waves, most = [], already
+    wave: list[str] = []
+    adds = 0  # nodes this wave makes unavailable (ones already unschedulable add nothing)
+    for node in todo:
+        adding = 0 if (node.unschedulable and not ours_cordoned(node)) else 1
+        room = budget - already
+        if wave and (len(wave) >= max(1, max_parallel) or (adding and adds + adding > max(room, 1))):
+            waves.append(wave)
+            most = max(most, already + adds)
+            wave, adds = [], 0
+        wave.append(node.name)
+        adds += adding
+    if wave:
+        waves.append(wave)
+        most = max(most, already + adds)
+    return RolloutPlan(
+        revision=revision,
+        waves=waves,
+        skipped=skipped,
+        current=current,
+        evictions={n.name: sorted(n.gcu_pods) for n in todo},
+        total=len(nodes),
+        budget=budget,
+        already=already,
+        most_unavailable=most,
+    )
+
+
+def describe(plan_: RolloutPlan, image: str, old_images: list[str], max_parallel: int, max_unavailable: Any) -> list[str]:
+    """The plan as the preview prints it, one line each."""
+    if not plan_.waves:
+        lines = [f"driver: all {len(plan_.current)} GCU node(s) run the current driver; nothing to upgrade"]
+    else:
+        before = ", ".join(sorted(set(old_images))) or "the running driver"
+        lines = [f"driver upgrade planned: {before} → {image}, {len(plan_.nodes)} of {plan_.total} GCU node(s), in {len(plan_.waves)} wave(s):"]
+        for i, wave in enumerate(plan_.waves, 1):
+            parts = []
+            for node in wave:
+                pods = plan_.evictions.get(node) or []
+                parts.append(f"{node} (evicts {', '.join(pods)})" if pods else f"{node} (no GCU pod to evict)")
+            lines.append(f"  wave {i}: " + "; ".join(parts))
+    for node, why in sorted(plan_.skipped.items()):
+        lines.append(f"  skipped: {node}: {why}")
+    lines.append(
+        f"  at most {plan_.most_unavailable} of {plan_.total} GCU node(s) unavailable at once "
+        f"({plan_.already} already unschedulable; maxParallel {max_parallel}, maxUnavailable {max_unavailable} = {plan_.budget})"
+    )
+    return lines
+
+
+# ---------------------------------------------------------------------------- the cluster
+
+
+def requests_gcu(pod: dict, resources: list[str]) -> bool:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        wanted = (container.get("resources") or {})
+        if any(r in (wanted.get("limits") or {}) or r in (wanted.get("requests") or {}) for r in resources):
+            return True
+    return False
+
+
+def _daemonset_pod(pod: dict) -> bool:
+    return any(o.get("kind") == "DaemonSet" for o in (pod["metadata"].get("ownerReferences") or []))
+
+
+def _live(pod: dict) -> bool:
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def _ready(pod: dict) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions) and not pod["metadata"].get("deletionTimestamp")
+
+
+class Cluster:
+    """The API calls of an upgrade, from the resource's properties (no client kept between calls)."""
+
+    def __init__(self, props: dict, sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic):
+        from kubernetes import client
+
+        self.api = core_api(props.get("kubeconfig"), props.get("context"))
+        self.apps = client.AppsV1Api(self.api.api_client)
+        self.props = props
+        self.sleep, self.clock = sleep, clock
+
+    @staticmethod
+    def _data(response: Any) -> dict:
+        return json.loads(response.data)
+
+    def node(self, name: str) -> Optional[dict]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self._data(self.api.read_node(name, _preload_content=False))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def patch_node(self, name: str, patch: dict) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.api.patch_node(name, patch, _content_type="application/merge-patch+json", _preload_content=False)
+        except ApiException as error:
+            if error.status == 404:
+                raise NodeFailed(name, "node", "the node left the cluster during the upgrade") from None
+            raise
+
+    def pods_on(self, node: str, selector: str = "") -> list[dict]:
+        return self._data(
+            self.api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}", label_selector=selector or None, _preload_content=False)
+        )["items"]
+
+    def gcu_pods(self, node: str) -> list[dict]:
+        """The pods on `node` that hold GCUs: running, requesting a GCU resource, not a node agent."""
+        return [p for p in self.pods_on(node) if _live(p) and not _daemonset_pod(p) and requests_gcu(p, self.props["resources"])]
+
+    def daemonset(self) -> dict:
+        p = self.props
+        return self._data(self.apps.read_namespaced_daemon_set(p["daemonSet"], p["namespace"], _preload_content=False))
+
+    def current_revision(self, timeout: float = 60.0) -> str:
+        """The driver DaemonSet's newest revision hash, once the controller has recorded it."""
+        p = self.props
+        deadline = self.clock() + timeout
+        while True:
+            ds = self.daemonset()
+            generation_seen = (ds.get("status") or {}).get("observedGeneration", 0) >= ds["metadata"].get("generation", 0)
+            newest = self.newest_revision(ds)
+            if generation_seen and newest:
+                return newest
+            if self.clock() > deadline:
+                raise RuntimeError(f"DaemonSet {p['namespace']}/{p['daemonSet']}: the controller recorded no revision in {timeout:.0f}s")
+            self.sleep(POLL)
+
+    def newest_revision(self, ds: dict) -> Optional[str]:
+        """The revision hash of `ds`'s newest ControllerRevision; None before the controller recorded one."""
+        revisions = self._data(self.apps.list_namespaced_controller_revision(ds["metadata"]["namespace"], _preload_content=False))["items"]
+        owned = [r for r in revisions if any(o.get("uid") == ds["metadata"]["uid"] for o in r["metadata"].get("ownerReferences") or [])]
+        return max(owned, key=lambda r: r.get("revision", 0))["metadata"]["labels"][REVISION_LABEL] if owned else None
+
+    def driver_pods(self) -> dict[str, dict]:
+        """Driver pods by node (the newest on each node)."""
+        ds = self.daemonset()
+        selector = ",".join(f"{k}={v}" for k, v in ds["spec"]["selector"]["matchLabels"].items())
+        pods = self._data(self.api.list_namespaced_pod(self.props["namespace"], label_selector=selector, _preload_content=False))["items"]
+        found: dict[str, dict] = {}
+        for pod in pods:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and not pod["metadata"].get("deletionTimestamp"):
+                found[node] = pod
+        return found
+
+    def facts(self, nodes: list[str]) -> list[NodeFacts]:
+        drivers = self.driver_pods()
+        found = []
+        for name in sorted(set(nodes)):
+            node = self.node(name)
+            if node is None:
+                continue
+            gcu = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in self.gcu_pods(name)]
+            driver = drivers.get(name)
+            found.append(
+                NodeFacts(
+                    name=name,
+                    unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
+                    labels=node["metadata"].get("labels") or {},
+                    annotations=node["metadata"].get("annotations") or {},
+                    driver_revision=(driver["metadata"].get("labels") or {}).get(REVISION_LABEL) if driver else None,
+                    gcu_pods=gcu,
+                )
+            )
+        return found
+
+
+# ---------------------------------------------------------------------------- one node
+
+
+class NodeUpgrade:
+    """The steps of one node's upgrade, each recorded on the node."""
+
+    def __init__(self, cluster: Cluster, node: str, revision: str, log: Callable[[str], None]):
+        self.cluster, self.node, self.revision, self.log = cluster, node, revision, log
+        self.props = cluster.props
+
+    def state(self, state: str, reason: Optional[str] = None) -> None:
+        self.cluster.patch_node(self.node, {"metadata": {"labels": {STATE_LABEL: state}, "annotations": {REASON_ANNOTATION: reason}}})
+
+    def wait(self, step: str, timeout: float, done: Callable[[], bool], what: Callable[[], str]) -> None:
+        deadline = self.cluster.clock() + timeout
+        while not done():
+            if self.cluster.clock() > deadline:
+                raise NodeFailed(self.node, step, f"{what()} after {timeout:.0f} s")
+            self.cluster.sleep(POLL)
+
+    def run(self) -> None:
+        self.state(UPGRADE_REQUIRED)
+        self.cordon()
+        self.wait_for_jobs()
+        self.evict()
+        self.pause_operands()
+        self.restart_driver()
+        self.restore_operands()
+        self.validate()
+        self.uncordon()
+        self.state(DONE)
+
+    def cordon(self) -> None:
+        node = self.cluster.node(self.node)
+        if node is None:
+            raise NodeFailed(self.node, "cordon", "the node left the cluster")
+        annotations = node["metadata"].get("annotations") or {}
+        if not (node.get("spec") or {}).get("unschedulable"):
+            self.cluster.patch_node(
+                self.node, {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDONED_ANNOTATION: "true"}}}
+            )
+        elif CORDONED_ANNOTATION not in annotations:
+            self.log(f"{self.node}: already unschedulable; it stays so afterwards")
+        self.state(CORDONED)
+
+    def wait_for_jobs(self) -> None:
+        wait = self.props.get("waitForCompletion") or {}
+        selector = wait.get("selector") or ""
+        if not selector:
+            return
+        self.state(WAITING)
+        timeout = float(wait.get("timeoutSeconds") or 0)
+        running = lambda: [p["metadata"]["name"] for p in self.cluster.pods_on(self.node, selector) if _live(p)]  # noqa: E731
+        try:
+            self.wait("wait for jobs", timeout, lambda: not running(), lambda: f"pods {', '.join(running())} still running")
+        except NodeFailed as timed_out:
+            self.log(f"{self.node}: {timed_out.message}; evicting them")
+
+    def _gcu_pods(self) -> list[dict]:
+        return self.cluster.gcu_pods(self.node)
+
+    def evict(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        self.state(EVICTING)
+        timeout = float(self.props["evictionTimeoutSeconds"])
+        deadline = self.cluster.clock() + timeout
+        blocked: dict[str, str] = {}
+        while True:
+            pods = self._gcu_pods()
+            if not pods:
+                return
+            for pod in pods:
+                meta = pod["metadata"]
+                if meta.get("deletionTimestamp"):
+                    continue
+                key = f"{meta['namespace']}/{meta['name']}"
+                body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
+                try:
+                    self.cluster.api.create_namespaced_pod_eviction(meta["name"], meta["namespace"], body, _preload_content=False)
+                    blocked.pop(key, None)  # evicted after all: what is left of it is terminating
+                except ApiException as error:
+                    if error.status == 404:
+                        continue
+                    if error.status != 429:  # 429: a PodDisruptionBudget does not allow it yet
+                        raise
+                    blocked[key] = "a PodDisruptionBudget does not allow it yet"
+            if self.cluster.clock() > deadline:
+                break
+            self.cluster.sleep(POLL)
+        left = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in self._gcu_pods()]
+        drain = self.props.get("drain") or {}
+        if not drain.get("enabled"):
+            why = "; ".join(f"{p}: {blocked.get(p, 'still terminating')}" for p in left)
+            raise NodeFailed(self.node, "evict", f"GCU pods still on the node after {timeout:.0f} s ({why}); "
+                             "raise evictionTimeoutSeconds, relax the PodDisruptionBudget, or enable drain")
+        self.log(f"{self.node}: eviction did not finish in {timeout:.0f} s; draining {', '.join(left)} (PodDisruptionBudgets overridden)")
+        for pod in self._gcu_pods():
+            try:
+                self.cluster.api.delete_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"], _preload_content=False)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+        self.wait("drain", float(drain.get("timeoutSeconds") or 300), lambda: not self._gcu_pods(),
+                  lambda: f"pods {', '.join(p['metadata']['name'] for p in self._gcu_pods())} still on the node")
+
+    def _operand_pods(self) -> list[dict]:
+        operands = set(self.props["operands"])
+        return [p for p in self.cluster.pods_on(self.node, "app.kubernetes.io/part-of=gcu-stack")
+                if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/component") in operands and _live(p)]
+
+    def pause_operands(self) -> None:
+        if not self.props["operands"]:
+            return
+        node = self.cluster.node(self.node) or {"metadata": {}}
+        labels = node["metadata"].get("labels") or {}
+        annotations = node["metadata"].get("annotations") or {}
+        # Recorded once: a resumed upgrade must not mistake its own pause for the operator's value.
+        previous = json.loads(annotations[PAUSED_ANNOTATION]) if PAUSED_ANNOTATION in annotations else {
+            DEPLOY_LABEL_PREFIX + key: labels.get(DEPLOY_LABEL_PREFIX + key) for key in self.props["operands"]
+        }
+        self.cluster.patch_node(self.node, {"metadata": {
+            "labels": {key: PAUSED for key in previous},
+            "annotations": {PAUSED_ANNOTATION: json.dumps(previous, sort_keys=True)},
+        }})
+        self.wait("pause operands", float(self.props["operandReadyTimeoutSeconds"]), lambda: not self._operand_pods(),
+                  lambda: f"operand pods {', '.join(p['metadata']['name'] for p in self._operand_pods())} still on the node")
+
+    def restart_driver(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        self.state(RESTARTING)
+        pod = self.cluster.driver_pods().get(self.node)
+        if pod is not None and (pod["metadata"].get("labels") or {}).get(REVISION_LABEL) != self.revision:
+            try:
+                self.cluster.api.delete_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"], _preload_content=False)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+
+        def ready() -> bool:
+            new = self.cluster.driver_pods().get(self.node)
+            return bool(new) and (new["metadata"].get("labels") or {}).get(REVISION_LABEL) == self.revision and _ready(new)
+
+        def why() -> str:
+            new = self.cluster.driver_pods().get(self.node)
+            if new is None:
+                return "no new driver pod was scheduled on the node"
+            waiting = [c.get("state", {}).get("waiting", {}).get("reason") for c in (new.get("status") or {}).get("containerStatuses") or []]
+            detail = ", ".join(w for w in waiting if w) or (new.get("status") or {}).get("phase", "not Ready")
+            return f"the new driver pod {new['metadata']['name']} is not Ready ({detail}; `kubectl logs` it: the driver version check says why)"
+
+        self.wait("restart driver", float(self.props["driverReadyTimeoutSeconds"]), ready, why)
+
+    def restore_operands(self) -> None:
+        node = self.cluster.node(self.node) or {"metadata": {}}
+        raw = (node["metadata"].get("annotations") or {}).get(PAUSED_ANNOTATION)
+        if raw is None:
+            return
+        previous = json.loads(raw)
+        self.cluster.patch_node(self.node, {"metadata": {"labels": previous, "annotations": {PAUSED_ANNOTATION: None}}})
+        expected = [k[len(DEPLOY_LABEL_PREFIX):] for k, v in previous.items() if v != "false"]
+
+        def ready() -> bool:
+            pods = self._operand_pods()
+            present = {(p["metadata"].get("labels") or {}).get("app.kubernetes.io/component") for p in pods if _ready(p)}
+            return set(expected) <= present
+
+        self.wait("restore operands", float(self.props["operandReadyTimeoutSeconds"]), ready,
+                  lambda: f"operands {', '.join(sorted(expected))} not all Ready on the node")
+
+    def validate(self) -> None:
+        validation = self.props.get("validation")
+        if not validation or not validation.get("enabled", True):
+            return
+        from .node_validation import check_settings, validate_node
+
+        self.state(VALIDATING)
+        result = validate_node(self.cluster.api, self.node, check_settings(validation))
+        if not result.passed:
+            if validation.get("mode") == "warn":
+                self.log(f"{self.node}: validation did not pass ({result.message}); mode warn: uncordoning anyway")
+                return
+            raise NodeFailed(self.node, "validate", result.message)
+
+    def uncordon(self) -> None:
+        node = self.cluster.node(self.node) or {"metadata": {}}
+        if (node["metadata"].get("annotations") or {}).get(CORDONED_ANNOTATION) == "true":
+            self.cluster.patch_node(self.node, {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}})
+
+
+# ---------------------------------------------------------------------------- the rollout
+
+
+def wait_driver_ready(cluster: Cluster, revision: str, nodes: list[str], timeout: float) -> None:
+    """The gate for what follows the driver: on every GCU node it runs on, the current driver is Ready."""
+    deadline = cluster.clock() + timeout
+    while True:
+        drivers = cluster.driver_pods()
+        waiting = sorted(
+            n for n in nodes
+            if n in drivers and ((drivers[n]["metadata"].get("labels") or {}).get(REVISION_LABEL) != revision or not _ready(drivers[n]))
+        )
+        if not waiting:
+            return
+        if cluster.clock() > deadline:
+            raise RuntimeError(
+                f"the driver is not Ready on {', '.join(waiting)} after {timeout:.0f} s: its pod's readiness check "
+                "(gcu-driver-entrypoint --check) says the installed version is not loaded; see its log"
+            )
+        cluster.sleep(POLL)
+
+
+def node_states(facts: list, revision: Optional[str]) -> dict[str, str]:
+    """Each node's upgrade state: its state label while (or after) a rollout touched it, else whether its
+    driver pod runs `revision`."""
+    return {f.name: f.labels.get(STATE_LABEL) or ("current" if f.driver_revision == revision else "upgrade-required") for f in facts}
+
+
+def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: Optional[Cluster] = None) -> dict:
+    """Upgrade every node not at the driver's current revision, wave by wave; the outputs to record."""
+    cluster = cluster or Cluster(props)
+    revision = cluster.current_revision()
+    nodes = list(props.get("nodes") or [])
+    the_plan = plan(cluster.facts(nodes), revision, int(props["maxParallel"]), props["maxUnavailable"])
+    upgraded, failed = [], {}
+    for wave in the_plan.waves:
+        def one(node: str) -> Optional[NodeFailed]:
+            try:
+                NodeUpgrade(cluster, node, revision, log).run()
+                return None
+            except NodeFailed as error:
+                return error
+            except Exception as error:  # noqa: BLE001 - recorded on the node like any other failure
+                return NodeFailed(node, "upgrade", str(error))
+
+        with ThreadPoolExecutor(max_workers=max(1, len(wave))) as pool:
+            for node, failure in zip(wave, pool.map(one, wave), strict=True):
+                if failure is None:
+                    upgraded.append(node)
+                    log(f"{node}: driver upgraded")
+                else:
+                    failed[node] = f"{failure.step}: {failure.message}"
+                    try:
+                        NodeUpgrade(cluster, node, revision, log).state(FAILED, failed[node][:1000])
+                    except Exception:  # noqa: BLE001 - the node may be gone; the error says so
+                        pass
+        if failed:
+            break
+    if not failed:
+        wait_driver_ready(cluster, revision, [n for n in nodes if n not in the_plan.skipped], float(props["driverReadyTimeoutSeconds"]))
+    states = node_states(cluster.facts(nodes), revision)
+    outputs = {
+        "revision": revision,
+        "states": states,
+        "skipped": the_plan.skipped,
+        "upgraded": upgraded,
+        "failed": failed,
+        "mostUnavailable": the_plan.most_unavailable,
+        "finishedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "message": (
+            f"driver upgraded on {len(upgraded)} node(s)" if the_plan.waves else "every GCU node runs the current driver"
+        ) + (f"; skipped: {', '.join(sorted(the_plan.skipped))}" if the_plan.skipped else ""),
+    }
+    if failed:
+        untouched = [n for n in the_plan.nodes if n not in upgraded and n not in failed]
+        raise RuntimeError(
+            "driver upgrade stopped: " + "; ".join(f"{n} failed at {why}" for n, why in sorted(failed.items()))
+            + f". The node stays cordoned in state {FAILED} ({REASON_ANNOTATION} says why); "
+            + (f"not started: {', '.join(untouched)}. " if untouched else "")
+            + "Fix it and run `pulumi up` again: finished nodes are not repeated."
+        )
+    return outputs
+
+
+def clean_up(props: dict) -> None:
+    """Leave no cordon, label or annotation of ours behind (delete, during or after an upgrade)."""
+    cluster = Cluster(props)
+    for name in sorted(set(props.get("nodes") or [])):
+        node = cluster.node(name)
+        if node is None:
+            continue
+        meta = node["metadata"]
+        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+        patch: dict = {"metadata": {"labels": {}, "annotations": {}}}
+        if STATE_LABEL in labels:
+            patch["metadata"]["labels"][STATE_LABEL] = None
+        if REASON_ANNOTATION in annotations:
+            patch["metadata"]["annotations"][REASON_ANNOTATION] = None
+        if PAUSED_ANNOTATION in annotations:
+            patch["metadata"]["labels"].update(json.loads(annotations[PAUSED_ANNOTATION]))
+            patch["metadata"]["annotations"][PAUSED_ANNOTATION] = None
+        if annotations.get(CORDONED_ANNOTATION) == "true":
+            patch["spec"] = {"unschedulable": None}
+            patch["metadata"]["annotations"][CORDONED_ANNOTATION] = None
+        if patch["metadata"]["labels"] or patch["metadata"]["annotations"] or "spec" in patch:
+            cluster.patch_node(name, patch)
+
+
+# ---------------------------------------------------------------------------- the provider
+
+
+def _log(message: str) -> None:
+    """Progress in `pulumi up`'s output (the engine shows a dynamic provider's info messages)."""
+    try:
+        pulumi.log.info(message)
+    except Exception:  # noqa: BLE001 - logging must never fail an upgrade
+        pass
+
+
+def _outputs(props: dict, result: dict) -> dict:
+    return {**inputs_of(props, INPUTS), **result}
+
+
+def _pending(props: dict) -> bool:
+    """Nodes not at the driver's current revision (a skip label removed, a failed node, a new node), for the diff."""
+    try:
+        cluster = Cluster(props)
+        revision = cluster.current_revision(timeout=5)
+        return bool(plan(cluster.facts(list(props.get("nodes") or [])), revision, 1, "100%").waves)
+    except Exception:  # noqa: BLE001 - the live cluster unreadable means "unknown", not "changed"
+        return False
+
+
+class DriverUpgradeProvider(ResourceProvider):
+    serialize_as_secret_always = False
+
+    def create(self, props: dict) -> CreateResult:
+        return CreateResult("driver-upgrade", _outputs(props, rollout(props, _log)))
+
+    def read(self, id_: str, props: dict) -> ReadResult:
+        cluster = Cluster(props)
+        facts = cluster.facts(list(props.get("nodes") or []))
+        revision = cluster.current_revision(timeout=5)
+        states = node_states(facts, revision)
+        return ReadResult(id_, {**props, "revision": revision, "states": states})
+
+    def diff(self, _id: str, olds: dict, news: dict) -> DiffResult:
+        changed = changed_inputs(olds, news, INPUTS)
+        if not changed and (olds.get("failed") or _pending(news)):
+            changed = ["nodes"]
+        return DiffResult(changes=bool(changed), replaces=[], stables=[], delete_before_replace=False)
+
+    def update(self, _id: str, _olds: dict, news: dict) -> UpdateResult:
+        return UpdateResult(_outputs(news, rollout(news, _log)))
+
+    def delete(self, _id: str, props: dict) -> None:
+        clean_up(props)
+
+
+class DriverUpgrade(Bundled, module="gcu", name="DriverUpgrade"):
+    """Outputs (attributes): revision, states (per node), skipped, upgraded, failed, mostUnavailable, message,
+    finishedAt (when the last rollout ended, UTC)."""
+
+    PROVIDER = DriverUpgradeProvider
+    OUTPUTS = OUTPUTS
