@@ -161,8 +161,8 @@ def test_activation_restarts_once_keeps_containers_and_restore_is_byte_identical
     seen = cri_client.runtimes(d.address)  # the running daemon's word
     assert seen["default"] == "enflame"
     assert seen["runtimes"]["enflame"] == {"type": "io.containerd.runc.v2", "binaryName": d.runc_path}
-    # config.toml: one line added, after `version`.
-    assert d.config_file.read_text() == original.decode().replace("version   = 2\n", "version   = 2\n" + import_line(d))
+    # config.toml: one line added, after the last top-level key (where tomlkit adds a key).
+    assert d.config_file.read_text() == original.decode().replace("oom_score = 0\n", "oom_score = 0\n" + import_line(d))
     assert ch.unb64(result["original"]) == original and ch.unb64(result["written"]) == d.config_file.read_bytes()
     assert backup_path(d).exists()
 
@@ -556,7 +556,7 @@ def test_version_3_gets_a_minimal_dropin_and_an_exact_restore(containerd, tmp_pa
         containerd_section["default_runtime_name"] = "enflame"
     assert tomllib.loads(dropin.read_text()) == {"version": 3, "plugins": {V3: {"containerd": containerd_section}}}
     assert tomllib.loads(config.read_text()) == {**tomllib.loads(V3_CONFIG), "imports": [str(dropin)]}
-    assert config.read_text() == V3_CONFIG.replace("version = 3\n", f'version = 3\nimports = ["{dropin}"]\n')
+    assert config.read_text() == V3_CONFIG.replace("root = '/var/lib/containerd'\n", f"root = '/var/lib/containerd'\nimports = [\"{dropin}\"]\n")
     again = ch.activate(h, "/usr/bin/enflame-runtime", mode="none")
     assert again["changed"] is False
     ch.restore(h, result, mode="none")
@@ -619,33 +619,39 @@ def test_host_root_reads_under_the_mount_and_writes_host_paths(containerd, tmp_p
 # ----------------------------------------------------------------------------- the text edits and the TOML writer
 
 
+# (config.toml, what removing the import gives back where that is not the same text: tomlkit keeps the comma it put
+# after the element before ours in a multi-line array, drops a trailing comma in a one-line one, and ends the file
+# with a newline)
 EDIT_CASES = [
-    'version = 2\nroot = "/r"\n[grpc]\naddress = "x"\n',
-    "# head\n\nversion = 2\r\n[grpc]\r\n",
-    "version = 2 # c\nimports = []\n",
-    'version = 2\nimports = ["/a.toml"] # c\n[x]\n',
-    'version = 2\nimports = [\n  "/a.toml",\n  "/b.toml"\n]\n',
-    'version = 2\nimports = [\n  "/a.toml",\n  "/b.toml"  # last\n]\n',
-    'version = 2\nimports = [\n  "/a.toml",\n  "/b.toml",  # trailing comma\n]\n',
-    'version = 2\r\nimports = [\r\n  "/a.toml",\r\n  "/b.toml"\r\n]\r\n',
-    'version = 2\nimports = ["/a.toml",\n           "/b.toml"]\n',
-    'version = 2\nimports = ["/a.toml",]\n',
-    '[grpc]\naddress="x"\nversion=3\n',
-    'root = "/r"\nversion = 2',
-    "version = 2\nimports = ['/a.toml', \"\"\"/b\"\"\"]\nx = {a = [1, 2], b = \"]\"}\n",
+    ('version = 2\nroot = "/r"\n[grpc]\naddress = "x"\n', None),
+    ("# head\n\nversion = 2\r\n[grpc]\r\n", None),
+    ("version = 2 # c\nimports = []\n", None),
+    ('version = 2\nimports = ["/a.toml"] # c\n[x]\n', None),
+    ('version = 2\nimports = [\n  "/a.toml",\n  "/b.toml"\n]\n', 'version = 2\nimports = [\n  "/a.toml",\n  "/b.toml",\n]\n'),
+    ('version = 2\nimports = [\n  "/a.toml",\n  "/b.toml"  # last\n]\n', 'version = 2\nimports = [\n  "/a.toml",\n  "/b.toml",  # last\n]\n'),
+    ('version = 2\nimports = [\n  "/a.toml",\n  "/b.toml",  # trailing comma\n]\n', None),
+    ('version = 2\r\nimports = [\r\n  "/a.toml",\r\n  "/b.toml"\r\n]\r\n', 'version = 2\r\nimports = [\r\n  "/a.toml",\r\n  "/b.toml",\r\n]\r\n'),
+    ('version = 2\nimports = ["/a.toml",\n           "/b.toml"]\n', None),
+    ('version = 2\nimports = ["/a.toml",]\n', 'version = 2\nimports = ["/a.toml"]\n'),
+    ('[grpc]\naddress="x"\nversion=3\n', None),
+    ('root = "/r"\nversion = 2', 'root = "/r"\nversion = 2\n'),
+    ("version = 2\nimports = ['/a.toml', \"\"\"/b\"\"\"]\nx = {a = [1, 2], b = \"]\"}\n", None),
 ]
 
 
-@pytest.mark.parametrize("text", EDIT_CASES)
-def test_import_edit_is_minimal_and_exactly_undone(text):
+@pytest.mark.parametrize("text, undone_text", EDIT_CASES)
+def test_import_edit_is_minimal_and_undone(text, undone_text):
     entry = "/etc/containerd/conf.d/99-enflame.toml"
     edited = ch.add_import_text(text, entry)
     before = tomllib.loads(text)
     assert tomllib.loads(edited) == {**before, "imports": [*before.get("imports", []), entry]}
     changed = [line for line in difflib.ndiff(text.splitlines(), edited.splitlines()) if line[:1] in "+-"]
     assert len(changed) <= 3, changed  # a local edit, not a rewrite
+    bare = lambda t: t.replace("\r\n", "").count("\n")  # noqa: E731
+    assert "\r\n" not in text or bare(edited) == bare(text)  # lines added to a CRLF file end in CRLF
     undone, _ = ch.remove_import_text(edited, entry, drop_key="imports" not in before)
-    assert undone == text
+    assert undone == (undone_text or text)
+    assert tomllib.loads(undone) == before
 
 
 def test_toml_writer_round_trips_what_tomllib_reads():
@@ -662,3 +668,47 @@ def test_toml_writer_round_trips_what_tomllib_reads():
         }},
     }
     assert tomllib.loads(ch.dumps(document)) == document
+
+
+def test_dropin_is_laid_out_as_containerd_writes_it():
+    """The drop-in's bytes are what gcu-stack always wrote (a change would rewrite it and restart containerd on
+    every node once), the same with every tomlkit from 0.11 (Debian bookworm) on."""
+    document = {"version": 2, "plugins": {CRI: {
+        "sandbox_image": "registry.local/pause:3.9", "containerd": {
+            "snapshotter": "overlayfs", "default_runtime_name": "enflame", "runtimes": {
+                "runc": {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}},
+                "enflame": {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": "/usr/bin/enflame-runtime"}}}},
+        "registry": {"mirrors": {"registry.local": {"endpoint": ["http://127.0.0.1:5000"]}}}}}}
+    assert ch.dumps(document) == (
+        "version = 2\n"
+        "\n"
+        "[plugins]\n"
+        "\n"
+        f'  [plugins."{CRI}"]\n'
+        '    sandbox_image = "registry.local/pause:3.9"\n'
+        "\n"
+        f'    [plugins."{CRI}".containerd]\n'
+        '      snapshotter = "overlayfs"\n'
+        '      default_runtime_name = "enflame"\n'
+        "\n"
+        f'      [plugins."{CRI}".containerd.runtimes]\n'
+        "\n"
+        f'        [plugins."{CRI}".containerd.runtimes.runc]\n'
+        '          runtime_type = "io.containerd.runc.v2"\n'
+        "\n"
+        f'          [plugins."{CRI}".containerd.runtimes.runc.options]\n'
+        "            SystemdCgroup = true\n"
+        "\n"
+        f'        [plugins."{CRI}".containerd.runtimes.enflame]\n'
+        '          runtime_type = "io.containerd.runc.v2"\n'
+        "\n"
+        f'          [plugins."{CRI}".containerd.runtimes.enflame.options]\n'
+        '            BinaryName = "/usr/bin/enflame-runtime"\n'
+        "\n"
+        f'    [plugins."{CRI}".registry]\n'
+        "\n"
+        f'      [plugins."{CRI}".registry.mirrors]\n'
+        "\n"
+        f'        [plugins."{CRI}".registry.mirrors."registry.local"]\n'
+        '          endpoint = ["http://127.0.0.1:5000"]\n'
+    )

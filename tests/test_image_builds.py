@@ -14,7 +14,7 @@ import pytest
 
 from components.catalog import BY_KEY
 from components.images import DEFS
-from components.node import NODE_CODE_DIR, NODE_FILES
+from components.node import NODE_CODE_DIR, NODE_FILES, containerd_host
 from components.providers.transports import BACKENDS
 from devtools import imagebuild
 
@@ -164,3 +164,47 @@ def test_image_id_changes_exactly_when_the_package_changes(builds, dockerd, proj
         imagebuild.docker_build(dockerd, spec)
     after = {key: inspect(dockerd, spec.image_name)["Id"] for key, spec in specs.items()}
     assert [key for key in specs if before[key] != after[key]] == ["exporter"]
+
+
+# The node code in the image runs on its base's tomlkit (Debian bookworm: 0.11), the engine on requirements.txt's:
+# both must write the same bytes, or each would rewrite the other's drop-in and restart containerd.
+IN_IMAGE = f"""
+import json, sys
+sys.path.insert(0, "{NODE_CODE_DIR}")
+import containerd_host, tomlkit
+document, texts, entry = json.loads(sys.argv[1])
+print(json.dumps({{
+    "dropin": containerd_host.dumps(document),
+    "edits": [[edited, containerd_host.remove_import_text(edited, entry, drop_key=True)[0]]
+              for edited in (containerd_host.add_import_text(text, entry) for text in texts)],
+    "versions": {{"python": sys.version.split()[0], "tomlkit": tomlkit.__version__}},
+}}))
+"""
+CRI = containerd_host.CRI_PLUGIN[2]
+DOCUMENT = {"version": 2, "plugins": {CRI: {
+    "sandbox_image": "registry.local/pause:3.9", "max_container_log_line_size": 8192, "enable_unprivileged_ports": False,
+    "containerd": {"snapshotter": "overlayfs", "default_runtime_name": "enflame", "runtimes": {
+        "runc": {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}},
+        "enflame": {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": "/usr/local/enflame/bin/enflame-container-runtime"}}}},
+    "registry": {"mirrors": {"docker.io": {"endpoint": ["https://mirror.local", "https://registry-1.docker.io"]}},
+                 "configs": {"registry.local:5000": {"tls": {"insecure_skip_verify": True}}}}}}}
+TEXTS = [
+    '# a node\nversion = 2\nroot = "/var/lib/containerd"\n\n[grpc]\n  address = "/run/containerd/containerd.sock"\n',
+    'version = 2\nimports = ["/etc/containerd/site.toml"] # ours go last\n[plugins."io.containerd.grpc.v1.cri"]\n',
+    'version = 2\r\nimports = [\r\n  "/a.toml",\r\n  "/b.toml"\r\n]\r\n[x]\r\n',
+    "# settings come later\n",
+    '[grpc]\naddress="x"\nversion=3\n',
+]
+
+
+def test_the_node_code_in_the_toolkit_image_writes_what_the_engine_writes(builds, dockerd):
+    entry = "/etc/containerd/conf.d/99-enflame.toml"
+    answer = run(dockerd, builds[0]["toolkit"].image_name, "-c", IN_IMAGE, json.dumps([DOCUMENT, TEXTS, entry]), entrypoint="python3")
+    found = json.loads(answer.stdout)
+    print("toolkit image:", found["versions"])
+    assert found["dropin"] == containerd_host.dumps(DOCUMENT)
+    expected = []
+    for text in TEXTS:
+        edited = containerd_host.add_import_text(text, entry)
+        expected.append([edited, containerd_host.remove_import_text(edited, entry, drop_key=True)[0]])
+    assert found["edits"] == expected

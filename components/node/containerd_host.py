@@ -1,8 +1,10 @@
 """containerd's `enflame` runtime on one host: add it with a drop-in file, and put everything back exactly.
 
-Standard library only (Python >= 3.11: `tomllib`): the same file runs inside the dynamic
-provider (local transport), inside the short-lived activation pod and as the toolkit
-image's entrypoint, with `cri_client.py` next to it.
+The same file runs inside the dynamic provider (local transport), inside the short-lived
+activation pod and as the toolkit image's entrypoint, with `cri_client.py` (grpcio) next to
+it. TOML: the standard library's `tomllib` reads (strict TOML 1.0, plain data, errors with
+line numbers; Python >= 3.11), `tomlkit` writes the drop-in and edits config.toml keeping
+the operator's comments and layout.
 
     python3 containerd_host.py activate --runtime-path P [--config-toml F] [--dropin D] [--address SOCK]
                                         [--restart-command CMD] [--mode restart|none] [--no-default]
@@ -19,7 +21,8 @@ What changes on the host:
   handler `enflame` (runtime_type io.containerd.runc.v2, options.BinaryName = the enflame
   runtime) and, unless turned off, `default_runtime_name = "enflame"`;
 * config.toml gets one `imports` entry naming the drop-in, unless it already imports it
-  (exact path or glob); a minimal text edit, re-parsed and compared before it is written;
+  (exact path or glob); tomlkit's edit keeps every other line as it was, and it is re-read
+  with tomllib and compared before it is written;
 * containerd is restarted (configurable command) only when either file's bytes changed,
   then the *running* daemon is asked over CRI (runtime.v1 Status) whether it knows the runtime.
 
@@ -35,7 +38,6 @@ drop-in holds only the runtime.
 from __future__ import annotations
 
 import copy
-import datetime
 import fnmatch
 import glob as globmod
 import json
@@ -49,6 +51,10 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+import tomlkit
+from tomlkit.exceptions import TOMLKitError
+from tomlkit.items import AoT, Array, Table, Whitespace
 
 try:
     from . import cri_client, hostfiles
@@ -151,77 +157,11 @@ def config_version(data: dict, exists: bool, path: str, label: str) -> Optional[
     return version
 
 
-# ----------------------------------------------------------------------------- TOML writer
-
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.fullmatch(key) else _toml_string(key)
-
-
-def _toml_string(text: str) -> str:
-    out = ['"']
-    for char in text:
-        if char == '"':
-            out.append('\\"')
-        elif char == "\\":
-            out.append("\\\\")
-        elif char in "\b\t\n\f\r":
-            out.append({"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}[char])
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
-            out.append(f"\\u{ord(char):04x}")
-        else:
-            out.append(char)
-    out.append('"')
-    return "".join(out)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str):
-        return _toml_string(value)
-    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"cannot write {type(value).__name__} as TOML")
-
-
-def _is_table_array(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
-
-
-def _emit(lines: list[str], path: list[str], table: dict) -> None:
-    """Keys of `table` (indented by its depth, as `containerd config dump` does), then its sub-tables."""
-    indent = "  " * len(path)
-    for key, value in table.items():
-        if not isinstance(value, dict) and not _is_table_array(value):
-            lines.append(f"{indent}{_toml_key(key)} = {_toml_value(value)}")
-    for key, value in table.items():
-        header = ".".join(_toml_key(p) for p in [*path, key])
-        if isinstance(value, dict):
-            lines += ["", f"{indent}[{header}]"]
-            _emit(lines, [*path, key], value)
-        elif _is_table_array(value):
-            for item in value:
-                lines += ["", f"{indent}[[{header}]]"]
-                _emit(lines, [*path, key], item)
+# ----------------------------------------------------------------------------- writing TOML (tomlkit)
 
 
 def _same(a: Any, b: Any) -> bool:
+    """Equal as TOML data (NaN equals NaN, and a bool is not an int)."""
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     if isinstance(a, dict) and isinstance(b, dict):
@@ -231,306 +171,109 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _is_table_array(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _fill(container: Any, data: dict) -> None:
+    """The keys of `data` (tomllib's data model) into a tomlkit document or table: values first, then tables."""
+    for key, value in data.items():
+        if not isinstance(value, dict) and not _is_table_array(value):
+            container.add(key, tomlkit.item(value))
+    for key, value in data.items():
+        if isinstance(value, dict):
+            container.add(key, _table(value))
+        elif _is_table_array(value):
+            tables = tomlkit.aot()
+            for element in value:
+                tables.append(_table(element))
+            container.add(key, tables)
+
+
+def _table(data: dict) -> Table:
+    table = tomlkit.table(is_super_table=False)  # a header even when it holds only tables, as containerd writes it
+    _fill(table, data)
+    return table
+
+
+def _lay_out(container: Any, depth: int) -> None:
+    """Indent every table's header and keys by its depth, with a blank line before each header."""
+    for key, item in container.body:
+        if isinstance(item, (Table, AoT)):
+            for table in item.body if isinstance(item, AoT) else [item]:
+                table.trivia.indent = "\n" + "  " * depth
+                _lay_out(table.value, depth + 1)
+        elif key is not None:
+            item.trivia.indent = "  " * depth
+
+
 def dumps(document: dict) -> str:
-    """TOML text for tomllib's data model (tables, arrays of tables, scalars, dates), checked by reading it back."""
-    lines: list[str] = []
-    _emit(lines, [], document)
-    text = "\n".join(lines).lstrip("\n") + "\n"
+    """TOML text for tomllib's data model laid out as `containerd config dump` writes it, checked by reading it back.
+
+    The layout is set on every item rather than left to tomlkit's defaults, which changed between
+    releases: tomlkit 0.11 to 0.15 write the same bytes, so the provider and the toolkit's pods
+    (another tomlkit) agree on the drop-in instead of each rewriting it and restarting containerd."""
+    container = tomlkit.document()
+    _fill(container, document)
+    _lay_out(container, 0)
+    text = tomlkit.dumps(container).lstrip("\n")
     if not _same(tomllib.loads(text), document):
-        raise ValueError("the TOML writer does not round-trip this document")  # a bug here, never a host problem
+        raise ValueError("tomlkit does not round-trip this document")  # a bug here, never a host problem
     return text
 
 
-# ----------------------------------------------------------------------------- minimal text edits of config.toml
+# ----------------------------------------------------------------------------- editing config.toml (tomlkit)
 
 
 class _EditError(Exception):
     pass
 
 
-@dataclass
-class _Item:
-    key: tuple
-    start: int  # start of the line
-    value_start: int
-    value_end: int
-    end: int  # after the line's newline
-
-
-class _Scanner:
-    """Just enough TOML lexing to find top-level key/value lines, the first table header and an array's elements."""
-
-    def __init__(self, text: str, pos: int = 0):
-        self.text, self.pos = text, pos
-
-    def peek(self, count: int = 1) -> str:
-        return self.text[self.pos:self.pos + count]
-
-    def spaces(self) -> None:
-        while self.pos < len(self.text) and self.text[self.pos] in " \t":
-            self.pos += 1
-
-    def comment(self) -> None:
-        if self.peek() == "#":
-            end = self.text.find("\n", self.pos)
-            self.pos = len(self.text) if end < 0 else end
-            if self.text[self.pos - 1:self.pos] == "\r":
-                self.pos -= 1
-
-    def newline(self) -> bool:
-        for ending in ("\n", "\r\n"):
-            if self.text.startswith(ending, self.pos):
-                self.pos += len(ending)
-                return True
-        return False
-
-    def blank(self) -> None:
-        while True:
-            self.spaces()
-            self.comment()
-            if not self.newline():
-                return
-
-    def string(self) -> None:
-        text = self.text
-        for quote in ('"""', "'''"):
-            if text.startswith(quote, self.pos):
-                i = self.pos + 3
-                while True:
-                    if i >= len(text):
-                        raise _EditError("unterminated multi-line string")
-                    if quote == '"""' and text[i] == "\\":
-                        i += 2
-                        continue
-                    if text.startswith(quote, i):
-                        i += 3
-                        for _ in range(2):  # up to two more quotes belong to the content
-                            if i < len(text) and text[i] == quote[0]:
-                                i += 1
-                        self.pos = i
-                        return
-                    i += 1
-        quote = text[self.pos]
-        i = self.pos + 1
-        while i < len(text) and text[i] != quote:
-            if text[i] == "\n":
-                raise _EditError("newline in a string")
-            i += 2 if quote == '"' and text[i] == "\\" else 1
-        if i >= len(text):
-            raise _EditError("unterminated string")
-        self.pos = i + 1
-
-    def key(self) -> tuple:
-        parts = []
-        while True:
-            self.spaces()
-            start = self.pos
-            if self.peek() in ('"', "'"):
-                self.string()
-                parts.append(tomllib.loads("k = " + self.text[start:self.pos])["k"])
-            else:
-                while self.pos < len(self.text) and _BARE_KEY.fullmatch(self.text[self.pos]):
-                    self.pos += 1
-                if self.pos == start:
-                    raise _EditError("expected a key")
-                parts.append(self.text[start:self.pos])
-            self.spaces()
-            if self.peek() != ".":
-                return tuple(parts)
-            self.pos += 1
-
-    def value(self) -> None:
-        char = self.peek()
-        if char in ('"', "'"):
-            self.string()
-        elif char == "[":
-            self.array()
-        elif char == "{":
-            self.inline_table()
-        else:
-            start = self.pos
-            while self.pos < len(self.text) and self.text[self.pos] not in " \t\r\n#,]}":
-                self.pos += 1
-            if self.pos == start:
-                raise _EditError("expected a value")
-
-    def array(self) -> tuple[list[tuple[int, int]], list[int], int]:
-        """Elements' spans, commas' offsets, the closing bracket's offset."""
-        self.pos += 1
-        elements: list[tuple[int, int]] = []
-        commas: list[int] = []
-        while True:
-            self.blank()
-            if self.peek() == "]":
-                close = self.pos
-                self.pos += 1
-                return elements, commas, close
-            start = self.pos
-            self.value()
-            elements.append((start, self.pos))
-            self.blank()
-            if self.peek() == ",":
-                commas.append(self.pos)
-                self.pos += 1
-            elif self.peek() != "]":
-                raise _EditError("malformed array")
-
-    def inline_table(self) -> None:
-        self.pos += 1
-        while True:
-            self.spaces()
-            if self.peek() == "}":
-                self.pos += 1
-                return
-            self.key()
-            if self.peek() != "=":
-                raise _EditError("expected '=' in an inline table")
-            self.pos += 1
-            self.spaces()
-            self.value()
-            self.spaces()
-            if self.peek() == ",":
-                self.pos += 1
-
-
-def _top_level(text: str) -> tuple[list[_Item], Optional[int]]:
-    """Top-level key/value lines and where the first table header's line starts (None: no table)."""
-    scanner = _Scanner(text)
-    items = []
-    while scanner.pos < len(text):
-        start = scanner.pos
-        scanner.spaces()
-        scanner.comment()
-        if scanner.newline() or scanner.pos >= len(text):
-            continue
-        if scanner.peek() == "[":
-            return items, start
-        key = scanner.key()
-        if scanner.peek() != "=":
-            raise _EditError("expected '=' after a top-level key")
-        scanner.pos += 1
-        scanner.spaces()
-        value_start = scanner.pos
-        scanner.value()
-        value_end = scanner.pos
-        scanner.spaces()
-        scanner.comment()
-        if not scanner.newline() and scanner.pos < len(text):
-            raise _EditError("expected the end of a line after a top-level value")
-        items.append(_Item(key, start, value_start, value_end, scanner.pos))
-    return items, None
-
-
-def _newline_of(text: str) -> str:
-    return "\r\n" if "\r\n" in text else "\n"
-
-
-def _imports_array(text: str, items: list[_Item]) -> Optional[tuple[_Item, list[tuple[int, int]], list[int], int]]:
-    found = [item for item in items if item.key == ("imports",)]
-    if not found:
-        return None
-    item = found[0]
-    if text[item.value_start] != "[":
+def _imports_of(text: str) -> tuple[tomlkit.TOMLDocument, Optional[Array]]:
+    """config.toml as tomlkit reads it (every comment and space kept) and its top-level `imports` array."""
+    try:
+        document = tomlkit.parse(text)
+    except (TOMLKitError, ValueError) as error:  # tomllib read it: a file tomlkit trips on is left to the operator
+        raise _EditError(f"tomlkit cannot read it: {error}") from None
+    imports = document.get("imports")
+    if imports is not None and not isinstance(imports, Array):
         raise _EditError("imports is not an array")
-    elements, commas, close = _Scanner(text, item.value_start).array()
-    return item, elements, commas, close
-
-
-def _line_end(text: str, pos: int) -> int:
-    """Offset of the newline ending the line at pos (before a '\r'), or len(text)."""
-    end = text.find("\n", pos)
-    if end < 0:
-        return len(text)
-    return end - 1 if end > 0 and text[end - 1] == "\r" else end
+    return document, imports
 
 
 def add_import_text(text: str, entry: str, new_version: Optional[int] = None) -> str:
-    """`text` with `entry` appended to the top-level `imports` array (created before the first table if absent).
+    """`text` with `entry` appended to the top-level `imports` array, or with `imports = [entry]` added
+    after the last top-level key; everything else stays as it was written.
 
-    new_version: also write `version = N` (for a file that has no settings at all). Every edit here
-    has an exact inverse in remove_import_text."""
-    newline = _newline_of(text)
-    quoted = _toml_string(entry)
-    items, first_table = _top_level(text)
-    array = _imports_array(text, items)
-    if array is not None:
-        item, elements, commas, close = array
-        if not elements:
-            return text[: item.value_start + 1] + quoted + text[item.value_start + 1:]
-        last_start, last_end = elements[-1]
-        trailing = bool(commas) and commas[-1] >= last_end
-        after = commas[-1] + 1 if trailing else last_end
-        line_start = text.rfind("\n", 0, last_start) + 1
-        indent = text[line_start:last_start]
-        end_of_line = _line_end(text, after)
-        if indent.strip() == "" and line_start > item.value_start and end_of_line < close:
-            # One element per line: ours goes on a line of its own after the last one (and its comment).
-            if trailing:
-                return text[:end_of_line] + newline + indent + quoted + "," + text[end_of_line:]
-            return text[:last_end] + "," + text[last_end:end_of_line] + newline + indent + quoted + text[end_of_line:]
-        if trailing:
-            return text[:after] + " " + quoted + "," + text[after:]
-        return text[:last_end] + ", " + quoted + text[last_end:]
-    line = f"imports = [{quoted}]"
-    if new_version is not None:
-        line = f"version = {new_version}{newline}" + line
-    versions = [item for item in items if item.key == ("version",)]
-    if versions and new_version is None:
-        at = versions[0].end
-        if not text[:at].endswith("\n"):  # the version line ends the file without a newline: so does ours
-            return text[:at] + newline + line + text[at:]
-        return text[:at] + line + newline + text[at:]
-    anchor = items[0].start if items else first_table
-    if anchor is None:  # only comments and blank lines
-        return text + ("" if not text or text.endswith("\n") else newline) + line + newline
-    return text[:anchor] + line + newline + text[anchor:]
+    new_version: also write `version = N` (for a file that has no settings at all)."""
+    document, imports = _imports_of(text)
+    if imports is not None:
+        imports.append(entry)
+        return document.as_string()
+    newline = "\r\n" if "\r\n" in text else "\n"
+    # tomlkit >= 0.13 also puts a blank line before a table that follows the new key: the file keeps its own spacing.
+    indents = [(item, item.trivia.indent) for _, item in document.body if not isinstance(item, Whitespace)]
+    for key, value in ((("version", new_version),) if new_version is not None else ()) + (("imports", [entry]),):
+        item = tomlkit.item(value)
+        item.trivia.trail = newline
+        document[key] = item
+    for item, indent in indents:
+        item.trivia.indent = indent
+    return document.as_string()
 
 
 def remove_import_text(text: str, entry: str, drop_key: bool) -> tuple[str, bool]:
-    """`text` without the last `imports` element equal to `entry` (and without the whole line when
-    drop_key and it was the only element); second value: whether the key line went."""
-    items, _ = _top_level(text)
-    array = _imports_array(text, items)
-    if array is None:
+    """`text` without the last `imports` element equal to `entry` (and without the whole key when
+    drop_key and it was the only element); second value: whether the key went."""
+    document, imports = _imports_of(text)
+    matches = [index for index, value in enumerate(imports or []) if value == entry]
+    if imports is None or not matches:
         return text, False
-    item, elements, commas, close = array
-    values = [tomllib.loads("k = " + text[s:e])["k"] for s, e in elements]
-    matches = [i for i, v in enumerate(values) if v == entry]
-    if not matches:
-        return text, False
-    index = matches[-1]
-    if drop_key and len(elements) == 1:
-        start, end = item.start, item.end
-        if not text[:end].endswith("\n") and start > 0:  # last line without a newline: take the one before it
-            start -= 2 if text[:start].endswith("\r\n") else 1
-        return text[:start] + text[end:], True
-    start, end = elements[index]
-    bound = elements[index + 1][0] if index + 1 < len(elements) else close
-    after = next((c for c in commas if end <= c < bound), None)
-    before = next((c for c in commas if index > 0 and elements[index - 1][1] <= c < start), None)
-    line_start = text.rfind("\n", 0, start) + 1
-    rest = after + 1 if after is not None else end
-    end_of_line = _line_end(text, rest)
-    if text[line_start:start].strip() == "" and line_start > item.value_start and text[rest:end_of_line].strip() == "" and end_of_line < close:
-        # On a line of its own: the line goes; a comma we added after the element before goes too.
-        cut_to = end_of_line + (2 if text.startswith("\r\n", end_of_line) else 1)
-        edited = text[:line_start] + text[cut_to:]
-        if after is None and before is not None:
-            edited = edited[:before] + edited[before + 1:]
-        return edited, False
-    if after is not None and index + 1 < len(elements):
-        cut_from, cut_to = start, after + 1
-        while cut_to < len(text) and text[cut_to] in " \t":
-            cut_to += 1
-    elif after is not None:  # last, with a trailing comma: `"a", "ours",` -> `"a",`
-        cut_from, cut_to = start, after + 1
-        while cut_from > 0 and text[cut_from - 1] in " \t" and (before is None or cut_from - 1 > before):
-            cut_from -= 1
-    elif before is not None:
-        cut_from, cut_to = before, end
-    else:
-        cut_from, cut_to = start, end
-    return text[:cut_from] + text[cut_to:], False
+    if drop_key and len(imports) == 1:
+        del document["imports"]
+        return document.as_string(), True
+    del imports[matches[-1]]
+    return document.as_string(), False
 
 
 # ----------------------------------------------------------------------------- the host
@@ -744,7 +487,7 @@ def plan(host: ContainerdHost, runtime_path: str, config: Optional[bytes]) -> Ac
     before = _load_order(host, s.config_toml, data)
     covered = any(path == dropin_path for path, _ in before)
     if config is None:
-        desired_text = f"version = {version}\nimports = [{_toml_string(s.dropin)}]\n"
+        desired_text = tomlkit.dumps({"version": version, "imports": [s.dropin]})
         expected = {"version": version, "imports": [s.dropin]}
     elif covered:
         desired_text, expected = config.decode("utf-8"), data
@@ -985,8 +728,9 @@ def activate(host: ContainerdHost, runtime_path: str, mode: str = "restart") -> 
                 restarted = True
             except RuntimeError as error:
                 _roll_back(host, current_config, current_dropin, previous_backup, new_dirs)
-                raise ActivationError(f"node {s.label}: could not restart containerd: {error}; "
-                                      f"the previous {s.config_toml} and {s.dropin} were put back") from None
+                raise ActivationError(
+                    f"node {s.label}: could not restart containerd: {error}; the previous {s.config_toml} and {s.dropin} were put back"
+                ) from None
     seen, problem = None, None
     if mode == "restart":
         seen, problem = _wait_verified(host, runtime_path)
