@@ -25,10 +25,10 @@ from devtools import CACHE_DIR, ToolchainMissing
 
 SUITE = "bookworm"
 MIRROR = os.environ.get("GCU_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-# python3 and tomlkit for the toolkit's node code (components/node/; the toolkit's Dockerfile installs the same
-# package on a base with network); the rest of minbase (sh, coreutils, tar, gzip, findutils) is what every
-# component image's install step uses.
-PACKAGES = ("python3-minimal", "libpython3.11-stdlib", "python3-tomlkit")
+# python3 and the libraries of the toolkit's node code (components/node/: tomlkit, grpcio with protobuf; the
+# toolkit's Dockerfile installs the same packages on a base with network); the rest of minbase (sh, coreutils,
+# tar, gzip, findutils) is what every component image's install step uses.
+PACKAGES = ("python3-minimal", "libpython3.11-stdlib", "python3-tomlkit", "python3-grpcio", "python3-protobuf")
 # Trimmed after debootstrap: not needed to run anything, and every vfs layer copies the lot.
 TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "usr/share/zoneinfo",
         "var/cache/apt", "var/lib/apt/lists", "var/cache/debconf/templates.dat-old", "var/log")

@@ -16,14 +16,16 @@ import shlex
 import shutil
 import subprocess
 import tomllib
+from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 from realservers import PROJECT_DIR, PYTHON
 
+from components.node import NODE_FILES, cri_client
 from components.node import containerd_host as ch
-from components.node import cri_client
 from devtools import start_time
 from devtools.containerd import Containerd
 
@@ -433,10 +435,10 @@ def test_inspect_reports_drift_and_activation_repairs_it(containerd, fresh):
 
 def test_cli_activate_restore_and_refusal(containerd, fresh, tmp_path):
     d = containerd
-    # The toolkit image ships the two files alone (e.g. /opt/gcu-stack/): run them from such a directory.
+    # The toolkit image ships the node code alone (/opt/gcu-stack/): run it from such a directory.
     shipped = tmp_path / "opt-gcu-stack"
-    shipped.mkdir()
-    for name in ("containerd_host.py", "cri_client.py", "hostfiles.py"):
+    for name in NODE_FILES:
+        (shipped / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(PROJECT_DIR / "components" / "node" / name, shipped / name)
     script = shipped / "containerd_host.py"
     common = ["--config-toml", str(d.config_file), "--dropin", str(dropin_path(d)), "--address", d.address,
@@ -479,10 +481,26 @@ def test_cri_client_against_the_real_daemon(containerd):
     plugins = {(p["type"], p["id"]): p for p in cri_client.plugins(d.address)}
     assert plugins[("io.containerd.grpc.v1", "cri")]["error"] is None
     assert plugins[("io.containerd.snapshotter.v1", "devmapper")]["error"]  # init errors come through
-    with pytest.raises(cri_client.CriError, match="without a result"):
-        cri_client.call(d.address, "/runtime.v1.RuntimeService/NoSuchMethod", b"")
-    with pytest.raises(cri_client.CriError, match="cannot connect"):
-        cri_client.status(str(d.workdir / "no.sock"))
+    missing = str(d.workdir / "no.sock")
+    with pytest.raises(cri_client.CriError, match=f"RuntimeService/Status: cannot connect to {missing}"):
+        cri_client.status(missing)
+
+
+def test_cri_client_names_the_socket_and_the_call_when_a_daemon_does_not_serve_cri(tmp_path):
+    """A gRPC server without the CRI service (e.g. containerd whose CRI plugin failed to load): the call's status comes through."""
+    socket = str(tmp_path / "no-cri.sock")
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    server.add_insecure_port(f"unix:{socket}")
+    server.start()
+    try:
+        with pytest.raises(cri_client.CriError) as caught:
+            cri_client.runtimes(socket)
+        assert str(caught.value).startswith(f"/runtime.v1.RuntimeService/Status: {socket} answered UNIMPLEMENTED")
+        with pytest.raises(cri_client.CriError, match="Introspection/Plugins: .* answered UNIMPLEMENTED"):
+            cri_client.plugins(socket)
+        assert cri_client.explain(socket) is None  # nothing known: no reason is made up
+    finally:
+        server.stop(None)
 
 
 # ----------------------------------------------------------------------------- file level: defaults, version 3, host root

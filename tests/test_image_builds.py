@@ -8,15 +8,19 @@ build arguments the pulumi-docker Image gets (components.images.BuildSpec).
 """
 
 import json
+import subprocess
 import time
 
 import pytest
+from realservers import PROJECT_DIR, PYTHON
 
 from components.catalog import BY_KEY
 from components.images import DEFS
+from components.node import HERE as NODE_CODE
 from components.node import NODE_CODE_DIR, NODE_FILES, containerd_host
 from components.providers.transports import BACKENDS
 from devtools import imagebuild
+from devtools.containerd import Containerd
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -85,8 +89,11 @@ def test_runtime_pod_command_runs_in_the_toolkit_image(builds, dockerd, runtime)
 
 
 def test_the_toolkit_image_carries_exactly_the_node_code(builds, dockerd):
-    listed = run(dockerd, builds[0]["toolkit"].image_name, "-c", f"ls {NODE_CODE_DIR}", entrypoint="/bin/sh").stdout.split()
-    assert sorted(n for n in listed if n.endswith(".py")) == sorted(NODE_FILES)
+    listed = run(dockerd, builds[0]["toolkit"].image_name, "-c", f"cd {NODE_CODE_DIR} && find . -name '*.py'", entrypoint="/bin/sh").stdout.split()
+    assert sorted(n[2:] for n in listed) == sorted(NODE_FILES)
+    # ...which is every module of components/node/ but the package's own and the code generator.
+    modules = {str(p.relative_to(NODE_CODE)) for p in NODE_CODE.rglob("*.py")} - {"__init__.py", "runtime_api/regenerate.py"}
+    assert modules == set(NODE_FILES)
 
 
 def wait_for(predicate, seconds=30.0):
@@ -166,18 +173,20 @@ def test_image_id_changes_exactly_when_the_package_changes(builds, dockerd, proj
     assert [key for key in specs if before[key] != after[key]] == ["exporter"]
 
 
-# The node code in the image runs on its base's tomlkit (Debian bookworm: 0.11), the engine on requirements.txt's:
+# The node code in the image runs on its base's libraries (Debian bookworm: tomlkit 0.11, grpcio 1.51, protobuf 3.21),
+# the engine on requirements.txt's:
 # both must write the same bytes, or each would rewrite the other's drop-in and restart containerd.
 IN_IMAGE = f"""
 import json, sys
 sys.path.insert(0, "{NODE_CODE_DIR}")
-import containerd_host, tomlkit
+import containerd_host, google.protobuf, grpc, tomlkit
 document, texts, entry = json.loads(sys.argv[1])
 print(json.dumps({{
     "dropin": containerd_host.dumps(document),
     "edits": [[edited, containerd_host.remove_import_text(edited, entry, drop_key=True)[0]]
               for edited in (containerd_host.add_import_text(text, entry) for text in texts)],
-    "versions": {{"python": sys.version.split()[0], "tomlkit": tomlkit.__version__}},
+    "versions": {{"python": sys.version.split()[0], "tomlkit": tomlkit.__version__, "grpcio": grpc.__version__,
+                  "protobuf": google.protobuf.__version__}},
 }}))
 """
 CRI = containerd_host.CRI_PLUGIN[2]
@@ -208,3 +217,64 @@ def test_the_node_code_in_the_toolkit_image_writes_what_the_engine_writes(builds
         edited = containerd_host.add_import_text(text, entry)
         expected.append([edited, containerd_host.remove_import_text(edited, entry, drop_key=True)[0]])
     assert found["edits"] == expected
+
+
+@pytest.fixture(scope="module")
+def containerd(tmp_path_factory):
+    state_dir = tmp_path_factory.mktemp("containerd")
+    subprocess.run([PYTHON, "-m", "devtools.containerd", "up", "--state-dir", str(state_dir)], check=True, cwd=PROJECT_DIR,
+                   capture_output=True, timeout=120)
+    yield Containerd.from_state_dir(state_dir)
+    subprocess.run([PYTHON, "-m", "devtools.containerd", "down", "--state-dir", str(state_dir)], cwd=PROJECT_DIR,
+                   capture_output=True, timeout=120)
+
+
+CRI_IN_IMAGE = f"""
+import json, sys
+sys.path.insert(0, "{NODE_CODE_DIR}")
+import cri_client
+address = sys.argv[1]
+print(json.dumps({{"runtimes": cri_client.runtimes(address), "version": cri_client.version(address),
+                   "plugins": cri_client.plugins(address), "googleapis": "google.rpc" in sys.modules}}))
+"""
+
+
+def test_the_toolkit_image_activates_enflame_in_a_real_containerd(builds, dockerd, containerd):
+    """The CLI the pods run, in the image, against containerd 1.6.20: the TOML edits and the CRI client (grpcio and the
+    generated code on the image's protobuf) there. containerd itself is restarted from outside (`--mode none`)."""
+    d = containerd
+    image = builds[0]["toolkit"].image_name
+    mounts = ["-v", f"{d.workdir}:{d.workdir}", "-v", f"{d.socket.parent}:{d.socket.parent}"]
+    original = d.config_file.read_bytes()
+    dropin = d.workdir / "conf.d" / "99-enflame.toml"
+    common = ["--config-toml", str(d.config_file), "--dropin", str(dropin), "--address", d.address, "--node", "image-node",
+              "--mode", "none"]
+
+    def node_code(*argv):
+        done = dockerd.docker("run", "--rm", "--network", "none", *mounts, "--entrypoint", "python3", image, *argv, check=False, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+
+    before = node_code("-c", CRI_IN_IMAGE, d.address)
+    assert before["runtimes"]["default"] == "runc" and "enflame" not in before["runtimes"]["runtimes"]
+    assert before["version"]["version"].startswith("1.6.20")
+    plugins = {(p["type"], p["id"]): p["error"] for p in before["plugins"]}
+    assert plugins[("io.containerd.grpc.v1", "cri")] is None and plugins[("io.containerd.snapshotter.v1", "devmapper")]
+    assert before["googleapis"] is False  # google.rpc.Status from runtime_api/status_pb2.py: the image has no googleapis package
+
+    state = node_code(f"{NODE_CODE_DIR}/containerd_host.py", "activate", "--runtime-path", d.runc_path, *common)
+    assert state["changed"] and state["importAdded"] and state["active"] is None
+    d.restart()
+    inspected = node_code(f"{NODE_CODE_DIR}/containerd_host.py", "inspect", "--state-json", json.dumps(state), *common)
+    assert inspected["drift"] == [] and inspected["active"] is True and inspected["defaultRuntime"] == "enflame"
+    # The engine plans exactly what the image wrote: its next run (the provider's) changes nothing.
+    host = containerd_host.ContainerdHost(containerd_host.ContainerdSettings(
+        config_toml=str(d.config_file), dropin=str(dropin), address=d.address, label="image-node"))
+    assert containerd_host.activate(host, d.runc_path, mode="none")["changed"] is False
+
+    restored = node_code(f"{NODE_CODE_DIR}/containerd_host.py", "restore", "--state-json", json.dumps(state), *common)
+    assert restored["exact"] is True
+    d.restart()
+    assert d.config_file.read_bytes() == original and not dropin.exists()
+    after = node_code("-c", CRI_IN_IMAGE, d.address)
+    assert after["runtimes"] == before["runtimes"]
