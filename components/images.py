@@ -17,7 +17,7 @@ spec names; nothing is declared (and no docker daemon is needed) when every
 Each build context is staged under `<project>/.state/image-context/<component>/`:
 the files of `images/<component>/` and `images/common/`, the one package file
 found for the component (hard-linked when possible) under `packages/`, and for the
-toolkit `components/node/runtime_host.py`. A context per component keeps
+toolkit the node code (`components/node/`, NODE_FILES). A context per component keeps
 pulumi-docker's context digest (what decides a rebuild) to the files that image is
 made of, and lets the package directory live anywhere.
 """

@@ -1,7 +1,7 @@
 """Which container runtime a node uses, and the enflame runtime activated on it: the toolkit's entrypoint.
 
-Standard library only, shipped with the other node code (components/node/__init__.py
-NODE_FILES) under /opt/gcu-stack/ in the toolkit image.
+Standard library only (the modules it runs use tomlkit and grpcio), shipped with the other node code
+(components/node/__init__.py NODE_FILES) under /opt/gcu-stack/ in the toolkit image.
 
     python3 node_runtime.py activate [--runtime auto|docker|containerd] [--node NAME]
 
