@@ -261,3 +261,52 @@ def test_up_local_starts_and_uses_the_embedded_control_plane(tmp_path, fakes):
         down = _run(["local-down"], env, timeout=120)
     assert down.returncode == 0, down.stderr
     assert not (state / "local-cluster" / "state.json").exists()
+
+
+def test_one_command_at_a_time_and_a_lock_left_by_a_killed_command_is_cleared(tmp_path, fakes):
+    """The run lock refuses a second command at once; a backend lock whose holder is provably gone (stackops/holders.py)
+    is removed by the next command, saying so; one that cannot be proved stale stops it, saying how to proceed."""
+    import fcntl
+
+    from stackops import holders, locks
+
+    Toolchain.find()
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    with LocalCluster(tmp_path / "cluster", nodes=[("gcu-node-1", {GCU_LABEL: "true"})], audit=False) as cluster:
+        env = {**_env(tmp_path, fakes, cluster.kubeconfig, cache=cache), "PULUMI_CONFIG_PASSPHRASE": "correct horse"}
+        backend = tmp_path / "backend"
+        # Another command holds the stack: refused before anything runs.
+        run_lock = locks.run_lock_path(backend, "gcu-stack", "dev")
+        run_lock.parent.mkdir(parents=True, exist_ok=True)
+        with open(run_lock, "w") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            held.write("`scripts/gcu-stack up` (pid 4242 on ci, started 2026-11-28T10:00:00Z)")
+            held.flush()
+            refused = _run(["up"], env)
+        assert refused.returncode == 1
+        assert "stack dev is being changed right now by `scripts/gcu-stack up` (pid 4242" in refused.stderr
+        assert not [c for c in _pulumi_calls(tmp_path) if c.startswith(("preview", "up "))]
+
+        # A lock left by a command killed outright, with its holder record: proved stale, removed, and the up runs.
+        dead = subprocess.Popen(["sleep", "60"])
+        record = holders.write(backend, dead.pid, "dev", ["pulumi", "up", "--yes"])
+        dead.kill()
+        dead.wait()
+        lock_dir = locks.lock_dirs(backend, "gcu-stack", "dev")[0]
+        lock_dir.mkdir(parents=True)
+        (lock_dir / "stale.json").write_text(json.dumps({"pid": dead.pid, "username": record.user, "hostname": record.hostname,
+                                                         "timestamp": "2026-11-28T10:00:00Z"}))
+        cleared = _run(["up"], env)
+        assert cleared.returncode == 0, cleared.stderr
+        assert f"stack dev: removed the lock left by `pulumi up --yes` (pid {dead.pid}" in cleared.stderr
+        assert not (lock_dir / "stale.json").exists() and list(holders.holders_dir(backend).glob("*.json")) == []
+        assert [c for c in _pulumi_calls(tmp_path) if c.startswith("up ")] == ["up --yes --skip-preview"]
+
+        # A lock gcu-stack did not start (no holder record): never removed on a guess.
+        (lock_dir / "plain.json").write_text(json.dumps({"pid": dead.pid, "username": "ci", "hostname": record.hostname,
+                                                         "timestamp": "2026-11-28T11:00:00Z"}))
+        blocked = _run(["destroy"], env)
+        assert blocked.returncode == 1 and "gcu-stack did not start it" in blocked.stderr
+        assert f"rm {lock_dir / 'plain.json'}" in blocked.stderr and (lock_dir / "plain.json").exists()
+        assert not [c for c in _pulumi_calls(tmp_path) if c.startswith("destroy")]

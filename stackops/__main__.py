@@ -1,0 +1,71 @@
+"""`python -m stackops <command>`: what scripts/gcu-stack runs around pulumi (see stackops/__init__.py).
+
+    run-lock --backend URL --state-dir D --project-dir D --stack S   the run lock's file, for flock(1)
+    run-lock-holder FILE                             who holds it (the holder writes itself there)
+    preflight --project-dir D --stack S --backend URL --state-dir D  clear stale locks and pending operations; exit 1 if locked
+    run --backend URL --state-dir D --stack S -- pulumi ARGS         run with a holder record; pulumi's exit status
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def _root(backend: str, state_dir: str) -> Path:
+    from stackops.locks import file_backend_root
+
+    return file_backend_root(backend) or Path(state_dir)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stackops")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("preflight", "run-lock"):
+        p = sub.add_parser(name)
+        p.add_argument("--project-dir", default=".")
+        p.add_argument("--stack", required=True)
+        p.add_argument("--backend", default=os.environ.get("PULUMI_BACKEND_URL", ""))
+        p.add_argument("--state-dir", default=".state")
+    sub.add_parser("run-lock-holder").add_argument("file")
+    run = sub.add_parser("run")
+    run.add_argument("--backend", default=os.environ.get("PULUMI_BACKEND_URL", ""))
+    run.add_argument("--state-dir", default=".state")
+    run.add_argument("--stack", required=True)
+    run.add_argument("argv", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+
+    if args.command == "run-lock":
+        from stackops.locks import project_name, run_lock_path
+
+        path = run_lock_path(_root(args.backend, args.state_dir), project_name(Path(args.project_dir)), args.stack)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        print(path)
+        return 0
+    if args.command == "run-lock-holder":
+        try:
+            print(Path(args.file).read_text().strip() or "another gcu-stack command")
+        except OSError:
+            print("another gcu-stack command")
+        return 0
+    if args.command == "preflight":
+        from stackops import recover
+
+        result = recover(Path(args.project_dir), args.stack, args.backend, Path(args.state_dir))
+        for line in result.cleared:
+            print(f"==> {line}", file=sys.stderr)
+        for line in result.blocked:
+            print(f"error: {line}", file=sys.stderr)
+        return 0 if result.ok else 1
+    if args.command == "run":
+        from stackops.holders import run as run_holding
+
+        command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+        return run_holding(_root(args.backend, args.state_dir), args.stack, command)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
