@@ -10,6 +10,8 @@ import re
 GCU_PRESENT_LABEL = "enflame.com/gcu.present"  # every GCU agent's default node selector
 NFD_PCI_LABEL = "feature.node.kubernetes.io/pci-1e36.present"  # NFD: an Enflame PCI device (vendor 1e36)
 DEPLOY_LABEL_PREFIX = "enflame.com/gcu.deploy."  # + component key: "false" keeps that agent off a node
+DEFAULT_DRIVER_LABEL = "enflame.com/gcu.driver.present=true"  # a GCU node with its driver loaded (NFD sets it)
+SELFCHECK = "/usr/local/bin/gcu-selfcheck"  # images/toolkit/gcu-selfcheck.sh: what a validation pod runs by default
 OPERANDS_LABEL = DEPLOY_LABEL_PREFIX + "operands"  # "false" keeps every GCU agent off a node
 # On a NodePort Service: the workload it fronts, as namespace/name (see GcuComponent).
 FRONTS_ANNOTATION = "enflame.com/gcu.fronts"

@@ -191,3 +191,23 @@ def test_yaml_anchors_and_merge_keys_still_work(tmp_path):
 
 def test_an_invalid_inline_name_names_its_setting():
     fails({"spec": SEED["spec"], "name": "Enflame GCU"}, "gcu-stack:name (metadata.name): 'Enflame GCU' is not a lowercase RFC 1123 name")
+
+
+def test_reading_the_settings_loads_no_engine_code():
+    """Parsing config (the blueprint and every gcu-stack:* setting, as the policy pack and tools do) imports no dynamic
+    provider: components/providers/ is engine code, loaded only when the stack is declared."""
+    import subprocess
+    import sys
+
+    from realservers import PROJECT_DIR
+
+    probe = (
+        "import sys; from pathlib import Path; from components.settings import load_settings; "
+        f"settings = load_settings({{'gcu-stack:blueprint': {str(SEED_BLUEPRINT)!r}, "
+        "'gcu-stack:driverUpgrade': '{\"maxParallel\": 2}', 'gcu-stack:validation': '{\"mode\": \"warn\"}'}, Path('.')); "
+        "settings.deployed(); "
+        "print(sorted(m for m in sys.modules if m.startswith('components.providers') or m == 'kubernetes'))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout

@@ -13,7 +13,6 @@ from ..manifests import labels, metadata
 from ..model import BuildContext, ComponentDef, ContainerDef, Extras, HostMount, ImageDef, PodAdditions, RbacDef, ResolvedComponent, Resources
 from ..node import HERE as NODE_CODE
 from ..node import NODE_FILES, runtime_host
-from ..providers.transports import BACKENDS
 from ..steps.runtime_activation import RUNTIME_ACTIVATION, RuntimeSettings
 from .common import GCU_LOGS, TOPSCLOUD_HINT, one
 
@@ -22,6 +21,8 @@ RUNTIME_CLASS = runtime_host.RUNTIME_NAME  # pods may ask for it by name: runtim
 
 def _backends(settings: RuntimeSettings) -> list:
     """The runtimes this stack may meet on its nodes, each with its options."""
+    from ..providers.transports import BACKENDS  # how the engine reaches each runtime: only when the plan is built
+
     options = {"docker": settings.docker_runtime, "containerd": settings.containerd}
     return [BACKENDS[runtime](options[runtime].model_dump(by_alias=True)) for runtime in settings.runtimes()]
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
-from ..names import DEPLOY_LABEL_PREFIX, GCU_PRESENT_LABEL, NFD_PCI_LABEL, OPERANDS_LABEL, PAUSED_FOR_DRIVER_UPGRADE
+from ..names import DEFAULT_DRIVER_LABEL, DEPLOY_LABEL_PREFIX, GCU_PRESENT_LABEL, NFD_PCI_LABEL, OPERANDS_LABEL, PAUSED_FOR_DRIVER_UPGRADE
 from .bundled import Bundled, changed_inputs, inputs_of
 from .cluster import core_api, list_nodes
 
@@ -26,7 +26,6 @@ MANAGED_ANNOTATION = "gcu-stack.enflame.com/managed-labels"
 OUR_VALUE = "true"
 # Values a label of ours may hold and stay ours: a node agent paused while the driver under it is replaced.
 OURS = (OUR_VALUE, PAUSED_FOR_DRIVER_UPGRADE)
-DEFAULT_DRIVER_LABEL = "enflame.com/gcu.driver.present=true"
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,11 @@ from typing import Any, Callable, Optional
 
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
-from ..names import DEPLOY_LABEL_PREFIX, GCU_RESOURCE, OPERANDS_LABEL, label_value
+from ..names import DEPLOY_LABEL_PREFIX, GCU_RESOURCE, OPERANDS_LABEL, SELFCHECK, label_value
 from ..node.runtime_host import RUNTIME_NAME
 from .bundled import Bundled, changed_inputs, inputs_of
 from .cluster import core_api, list_nodes
 
-SELFCHECK = "/usr/local/bin/gcu-selfcheck"  # images/toolkit/gcu-selfcheck.sh, in the toolkit image
 RUNTIME_CLASS = RUNTIME_NAME
 COMPONENT = "validation"
 RUN_LABEL = "gcu-stack.enflame.com/validation-run"

@@ -10,7 +10,7 @@ eviction moves, skipped nodes and why, and the most nodes unavailable at once.
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import pulumi
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -19,12 +19,12 @@ from ..config import one_setting
 from ..manifests import TEMPLATE_HASH_ANNOTATION
 from ..model import StepContext, StepDef, StepResult
 from ..names import GCU_RESOURCE, GCUSHARE_RESOURCE
-from ..providers import live_nodes
-from ..providers.bundled import as_props
-from ..providers.driver_rollout import Cluster, DriverUpgrade, DriverUpgradeInputs, describe, plan
 from ..spec import label_selector_problem
 from .gcu_nodes import KEY as GCU_NODES
 from .validation import validation_inputs
+
+if TYPE_CHECKING:
+    from ..providers.driver_rollout import DriverUpgradeInputs
 
 PERCENT_OR_COUNT = re.compile(r"^([0-9]+|[0-9]{1,3}%)$")
 
@@ -80,6 +80,9 @@ DriverUpgradeSettings = one_setting("DriverUpgradeSettings", "driver_upgrade", "
 
 
 def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeInputs, kubeconfig) -> None:
+    from ..providers import live_nodes
+    from ..providers.driver_rollout import Cluster, describe, plan
+
     """The plan, from the live cluster, in the preview's output (and `pulumi up`'s)."""
     try:
         from kubernetes.client.exceptions import ApiException
@@ -126,6 +129,9 @@ def _condition(values: list) -> Optional[dict]:
 
 
 def declare(context: StepContext) -> StepResult:
+    from ..providers.bundled import as_props  # engine code: only when declaring
+    from ..providers.driver_rollout import DriverUpgrade, DriverUpgradeInputs
+
     options: DriverUpgradeOptions = context.settings.driver_upgrade
     driver = context.owner
     ((_, daemonset),) = [(n, m) for n, m in driver.manifests.items() if m["kind"] == "DaemonSet"]

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config import one_setting
 from ..model import StepContext, StepDef, StepResult
-from ..providers.node_labels import DEFAULT_DRIVER_LABEL, GcuNodes, GcuNodesInputs, Selection
+from ..names import DEFAULT_DRIVER_LABEL
 from ..spec import DNS1123_SUBDOMAIN, node_selector
 
 KEY = "gcuNodes"
@@ -54,6 +54,8 @@ GcuNodesSettings = one_setting("GcuNodesSettings", "gcu_nodes", "gcuNodes", GcuN
 
 
 def declare(context: StepContext) -> StepResult:
+    from ..providers.node_labels import GcuNodes, GcuNodesInputs, Selection  # engine code: only when declaring
+
     selection = context.settings.gcu_nodes
     # Deploy labels only for the node agents whose scheduling honours them.
     agents = sorted(c.definition.key for c in context.deployed if c.definition.gcu_nodes_only)

@@ -16,8 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..model import StepContext, StepDef, StepResult
 from ..node import containerd_host, runtime_host
 from ..node.node_runtime import SUPPORTED, runtime_of
-from ..providers import live_nodes
-from ..providers.container_runtime import ContainerRuntime, ContainerRuntimeInputs
 from .gcu_nodes import KEY as GCU_NODES
 
 DOCKER = runtime_host.HostSettings()  # docker's paths on a node: the defaults live with the node code
@@ -104,6 +102,8 @@ def _report_unsupported(context: StepContext, settings: "RuntimeSettings", kubec
     """In the preview too: which GCU nodes run a runtime gcu-stack leaves alone (or that it cannot tell)."""
     if settings.container_runtime != "auto":
         return
+    from ..providers import live_nodes
+
     try:
         nodes = live_nodes.gcu_nodes(kubeconfig, context.cluster.context, context.results[GCU_NODES].facts["selection"])
     except Exception as error:  # noqa: BLE001 - a preview without cluster access still previews
@@ -119,6 +119,8 @@ def _report_unsupported(context: StepContext, settings: "RuntimeSettings", kubec
 
 
 def declare(context: StepContext) -> StepResult:
+    from ..providers.container_runtime import ContainerRuntime, ContainerRuntimeInputs  # engine code: only when declaring
+
     settings: RuntimeSettings = context.settings
     toolkit = context.owner
     for runtime, mode in (("docker", settings.docker_runtime.mode), ("containerd", settings.containerd.mode)):

@@ -12,17 +12,20 @@ running a pod). An `up` with nothing changed on healthy nodes is a no-op.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 import pulumi
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config import one_setting
 from ..model import StepContext, StepDef, StepResult
-from ..names import GCU_RESOURCE, GCUSHARE_RESOURCE
-from ..providers.node_validation import RUNTIME_CLASS, SELFCHECK, GcuValidation, GcuValidationInputs
+from ..names import GCU_RESOURCE, GCUSHARE_RESOURCE, SELFCHECK
+from ..node.runtime_host import RUNTIME_NAME as RUNTIME_CLASS
 from ..spec import DNS1123_LABEL, PULL_POLICIES, reference_problem
 from .gcu_nodes import KEY as GCU_NODES
+
+if TYPE_CHECKING:
+    from ..providers.node_validation import GcuValidationInputs
 
 KEY = "validation"
 # The plugin that advertises what is validated, and the resource it advertises.
@@ -113,6 +116,8 @@ def validation_inputs(options: ValidationOptions, context: StepContext, warn: bo
 
     The driver's upgrade validates each node with the same inputs before uncordoning it.
     """
+    from ..providers.node_validation import GcuValidationInputs  # engine code: only when declaring
+
     deployed = {c.definition.key: c for c in context.deployed}
     plugins = [k for k in PLUGINS if k in deployed]  # the two exclude each other
     if not plugins:
@@ -160,6 +165,8 @@ def validation_inputs(options: ValidationOptions, context: StepContext, warn: bo
 
 
 def declare(context: StepContext) -> StepResult:
+    from ..providers.node_validation import GcuValidation  # engine code: only when declaring
+
     options: ValidationOptions = context.settings.validation
     inputs = validation_inputs(options, context)
     plugin_key = inputs.plugin
