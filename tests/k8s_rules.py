@@ -63,6 +63,76 @@ def label_value(value: str) -> bool:
     return value == "" or (len(value) <= 63 and _LABEL_NAME.fullmatch(value) is not None)
 
 
+
+# Label selectors as the API server parses a `labelSelector` query (apimachinery labels.Parse): requirements
+# separated by ',', each `key`, `!key`, `key=v`, `key==v`, `key!=v`, `key in (v,...)`, `key notin (v,...)`,
+# or `key > n` / `key < n` (an integer); blanks around tokens are ignored; values may be empty.
+_SELECTOR_TOKEN = re.compile(r"\s*(!=|==|=|!|,|\(|\)|>|<|[^\s!=,()<>]+)")
+
+
+def label_selector(text: str) -> bool:
+    tokens, position = [], 0
+    while position < len(text):
+        match = _SELECTOR_TOKEN.match(text, position)
+        if match is None:
+            return text[position:].strip() == ""
+        tokens.append(match.group(1))
+        position = match.end()
+    index = 0
+
+    def take():
+        nonlocal index
+        index += 1
+        return tokens[index - 1] if index <= len(tokens) else None
+
+    def peek():
+        return tokens[index] if index < len(tokens) else None
+
+    if not tokens:
+        return True
+    while True:
+        token = take()
+        if token == "!":
+            key = take()
+            if key is None or not label_key(key) or peek() not in (None, ","):
+                return False
+        elif token is None or token in "!=,()<>" or token in ("==", "!="):
+            return False
+        else:
+            if not label_key(token):
+                return False
+            operator = peek()
+            if operator in ("=", "==", "!="):
+                take()
+                value = "" if peek() in (None, ",") else take()
+                if not label_value(value):
+                    return False
+            elif operator in ("in", "notin"):
+                take()
+                if take() != "(":
+                    return False
+                while True:
+                    value = "" if peek() in (",", ")") else take()
+                    if value is None or not label_value(value):
+                        return False
+                    separator = take()
+                    if separator == ")":
+                        break
+                    if separator != ",":
+                        return False
+            elif operator in (">", "<"):
+                take()
+                value = take()
+                if value is None or not re.fullmatch(r"-?[0-9]+", value):
+                    return False
+            elif operator not in (None, ","):
+                return False
+        separator = take()
+        if separator is None:
+            return True
+        if separator != ",":
+            return False
+
 # Environment variable names (the portable rule: letters, digits, '_', '-', '.'; not starting with a digit; not '.'/'..')
 _ENV = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 

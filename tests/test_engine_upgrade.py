@@ -12,9 +12,11 @@ import io
 import shutil
 import subprocess
 import tarfile
+from contextlib import contextmanager
+from typing import Iterator
 
 import pytest
-from engine import GCU_NODE_LABELS, GCUS, PROJECT_FILES, changes, engine_stack, node
+from engine import GCU_NODE_LABELS, GCUS, PROJECT_FILES, Engine, changes, engine_stack, node
 from pulumi import automation as auto
 from realservers import PROJECT_DIR
 
@@ -74,19 +76,26 @@ def steps_by_op(events: list) -> dict[str, set[str]]:
     return found
 
 
-@pytest.fixture(scope="module")
-def deployed_by_the_release(tmp_path_factory):
-    root = tmp_path_factory.mktemp("upgrade")
-    with engine_stack(root, NODES, "upgrade", check_destroy=True) as current:
+@contextmanager
+def deployed_by(commit: str, name: str, tmp_path_factory) -> Iterator[tuple[auto.Stack, Engine]]:
+    """A stack `name` that the program of `commit` deployed (`up`) on fresh servers, and this program's view of it."""
+    root = tmp_path_factory.mktemp(name)
+    with engine_stack(root, NODES, name, check_destroy=True) as current:
         old_dir = root / "release"
-        export_release(BASELINE, old_dir)
+        export_release(commit, old_dir)
         # The same stack, config and secrets salt: only the program differs.
-        shutil.copy2(root / "project" / "Pulumi.upgrade.yaml", old_dir / "Pulumi.upgrade.yaml")
+        shutil.copy2(root / "project" / f"Pulumi.{name}.yaml", old_dir / f"Pulumi.{name}.yaml")
         release = auto.Stack.select(
-            "upgrade",
+            name,
             auto.LocalWorkspace(work_dir=str(old_dir), pulumi_home=str(root / "home"), env_vars=current.stack.workspace.env_vars),
         )
         release.up(on_output=lambda _: None)
+        yield release, current
+
+
+@pytest.fixture(scope="module")
+def deployed_by_the_release(tmp_path_factory):
+    with deployed_by(BASELINE, "upgrade", tmp_path_factory) as (release, current):
         yield release, current.stack, current.policy_config
 
 
@@ -132,16 +141,7 @@ def provider_modules(stack: auto.Stack) -> set[str]:
 
 @pytest.fixture(scope="module")
 def deployed_before_the_move(tmp_path_factory):
-    root = tmp_path_factory.mktemp("moved")
-    with engine_stack(root, NODES, "moved", check_destroy=True) as current:
-        old_dir = root / "release"
-        export_release(BEFORE_THE_MOVE, old_dir)
-        shutil.copy2(root / "project" / "Pulumi.moved.yaml", old_dir / "Pulumi.moved.yaml")
-        release = auto.Stack.select(
-            "moved",
-            auto.LocalWorkspace(work_dir=str(old_dir), pulumi_home=str(root / "home"), env_vars=current.stack.workspace.env_vars),
-        )
-        release.up(on_output=lambda _: None)
+    with deployed_by(BEFORE_THE_MOVE, "moved", tmp_path_factory) as (release, current):
         assert release.outputs()["readyResource"].value == "5/5"
         yield current
 

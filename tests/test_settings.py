@@ -101,6 +101,11 @@ def test_seed_json_and_inline_config_text_round_trip():
         ({"gcuNodes": {"selector": {"gcu pool": "a"}}}, "gcu-stack:gcuNodes.selector: label key 'gcu pool'"),
         ({"gcuNodes": {"selector": {"pool": "a b"}}}, "gcu-stack:gcuNodes.selector: label value 'a b'"),
         ({"gcuNodes": {"names": ["gcu-node-1", "Node_1"]}}, "gcu-stack:gcuNodes.names: 'Node_1' cannot be a node name"),
+        # found by tests/test_settings_properties.py: each failed only on the node, in the middle of an `up`
+        ({"gcuNodes": {"driverLabel": "gcu driver=true"}}, "gcu-stack:gcuNodes.driverLabel: label key 'gcu driver'"),
+        ({"containerd": {"restartCommand": []}}, "gcu-stack:containerd.restartCommand: a command is a non-empty list of non-empty words (got [])"),
+        ({"dockerRuntime": {"restartCommand": ["systemctl", "", "docker"]}}, "gcu-stack:dockerRuntime.restartCommand"),
+        ({"containerd": {"dropin": "/etc/containerd/conf.d/99\x00.toml"}}, "contains a control character"),
     ],
 )
 def test_bad_provider_settings_name_the_setting(config, expected):

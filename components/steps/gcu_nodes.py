@@ -47,6 +47,9 @@ class GcuNodesOptions(BaseModel):
     def _key_value(cls, value: str) -> str:
         if value and "=" not in value:
             raise ValueError(f"{value!r}: expected key=value, e.g. {DEFAULT_DRIVER_LABEL}")
+        if value:
+            key, _, label = value.partition("=")
+            node_selector({key: label})  # the label's key and value, held to the API server's rules
         return value
 
 

@@ -27,6 +27,14 @@ EARLIER = pulumi.Alias(name="docker-runtime", type_="pulumi-python:dynamic/gcu:D
 def _absolute(value: str) -> str:
     if not value.startswith("/"):
         raise ValueError(f"{value!r} must be an absolute path")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(f"{value!r} contains a control character, which no file on a node can be named by")
+    return value
+
+
+def _command(value: list[str]) -> list[str]:
+    if not value or not all(value):
+        raise ValueError(f"a command is a non-empty list of non-empty words (got {value!r}), e.g. [\"systemctl\", \"restart\", \"containerd\"]")
     return value
 
 
@@ -55,12 +63,14 @@ class DockerRuntimeOptions(_RuntimeOptions):
     verify_seconds: float = Field(DOCKER.verify_seconds, alias="verifySeconds", gt=0)
 
     _paths = field_validator("runtime_path", "daemon_json", "pid_file")(_absolute)
+    _restart = field_validator("restart_command")(_command)
 
     @field_validator("docker_host")
     @classmethod
     def _unix_socket(cls, value: str) -> str:
         if not value.startswith("unix:///"):
             raise ValueError(f"{value!r}: only unix:///path sockets are supported")
+        _absolute(value.removeprefix("unix://"))
         return value
 
 
@@ -81,6 +91,7 @@ class ContainerdOptions(_RuntimeOptions):
     config_version: Optional[Literal[2, 3]] = Field(None, alias="configVersion")
 
     _paths = field_validator("runtime_path", "config_toml", "dropin", "address")(_absolute)
+    _restart = field_validator("restart_command")(_command)
 
 
 class RuntimeSettings(BaseModel):
