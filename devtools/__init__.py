@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import http.client
 import json
 import os
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import time
@@ -232,25 +230,6 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-def https_request(host: str, port: int, context: ssl.SSLContext, method: str, path: str, *, token: Optional[str],
-                  body: Any, content_type: str, timeout: float) -> tuple[int, str]:
-    """One request to a Kubernetes API server (or a kubelet): its status and body text. `body`: bytes as
-    they are, anything else as JSON; sent as `content_type`, with `token` as the bearer token."""
-    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    headers = {"Accept": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    if data is not None:
-        headers["Content-Type"] = content_type
-    conn = http.client.HTTPSConnection(host, port, context=context, timeout=timeout)
-    try:
-        conn.request(method, path, body=data, headers=headers)
-        resp = conn.getresponse()
-        return resp.status, resp.read().decode(errors="replace")
-    finally:
-        conn.close()
-
-
 class StartStop:
     """``with X(...) as x``: x.start() on entry, x.stop() on exit."""
 
@@ -288,5 +267,5 @@ __all__ = [
     "CACHE_DIR", "TOOLCHAIN_HINT", "ToolchainMissing", "ComponentFailed",
     "SERVER_LOGS", "mountpoints", "mounts_under", "spawn", "pid_alive", "start_time", "owner", "owner_alive",
     "pid_matches", "kill_pid", "kill_matching", "log_tail", "free_port",
-    "write_json", "https_request", "StartStop", "exit_codes", "nothing_running",
+    "write_json", "StartStop", "exit_codes", "nothing_running",
 ]

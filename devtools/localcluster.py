@@ -55,7 +55,6 @@ from devtools import (
     ToolchainMissing,
     exit_codes,
     free_port,
-    https_request,
     kill_pid,
     log_tail,
     nothing_running,
@@ -64,6 +63,7 @@ from devtools import (
     write_json,
 )
 from devtools.fakegcu import GCU_RESOURCE  # what the GCU device plugin advertises
+from devtools.kubeapi import ApiError, KubeApi  # noqa: F401 (ApiError: what its requests raise, for callers)
 
 K8S_VERSION = os.environ.get("GCU_K8S_VERSION", "1.33.4")      # devtools/go/go.mod
 ETCD_VERSION = os.environ.get("GCU_ETCD_VERSION", "3.5.21")     # devtools/etcd/go.mod
@@ -173,43 +173,6 @@ class Toolchain:
 
 
 # --------------------------------------------------------------------------- tiny REST client
-
-class ApiError(RuntimeError):
-    def __init__(self, status: int, body: str, method: str, path: str):
-        super().__init__(f"{method} {path} -> HTTP {status}: {body[:500]}")
-        self.status = status
-        self.body = body
-
-
-class Api:
-    """Minimal JSON client for the local API server (bearer token, pinned CA)."""
-
-    def __init__(self, port: int, token: str, ca_file: Path, host: str = "127.0.0.1"):
-        self.host, self.port, self.token = host, port, token
-        self.ctx = ssl.create_default_context(cafile=str(ca_file))
-
-    def request(self, method: str, path: str, body: Any = None, *, timeout: float = 10.0,
-                content_type: str = "application/json", raw: bool = False) -> Any:
-        status, text = https_request(self.host, self.port, self.ctx, method, path, token=self.token, body=body,
-                                     content_type=content_type, timeout=timeout)
-        if status >= 300:
-            raise ApiError(status, text, method, path)
-        if raw:
-            return text
-        return json.loads(text) if text else None
-
-    def get(self, path: str, **kw: Any) -> Any:
-        return self.request("GET", path, **kw)
-
-    def post(self, path: str, body: Any, **kw: Any) -> Any:
-        return self.request("POST", path, body, **kw)
-
-    def delete(self, path: str, **kw: Any) -> Any:
-        return self.request("DELETE", path, **kw)
-
-    def patch(self, path: str, body: Any, **kw: Any) -> Any:
-        return self.request("PATCH", path, body, content_type="application/merge-patch+json", **kw)
-
 
 # --------------------------------------------------------------------------- helpers
 
@@ -331,7 +294,7 @@ class LocalCluster(StartStop):
         self.tokens: dict[str, str] = {}
         self.etcd_data_dir: Optional[Path] = None
         self.timings: dict[str, float] = {}
-        self._api: Optional[Api] = None
+        self._api: Optional[KubeApi] = None
         self._started = False
         self._atexit_registered = False
 
@@ -368,11 +331,11 @@ class LocalCluster(StartStop):
         return self.tokens["admin"]
 
     @property
-    def api(self) -> Api:
+    def api(self) -> KubeApi:
         """REST client used by LocalCluster itself (user gcu-local-setup, so the admin
         user's audit counts only show what the code under test did)."""
         if self._api is None:
-            self._api = Api(self.ports["apiserver"], self.tokens["setup"], Path(self.ca_file))
+            self._api = KubeApi.with_token(f"https://127.0.0.1:{self.ports['apiserver']}", self.tokens["setup"], self.ca_file)
         return self._api
 
     def log_path(self, component: str) -> str:

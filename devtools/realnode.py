@@ -99,12 +99,10 @@ import select
 import shutil
 import signal
 import socket
-import ssl
 import stat
 import subprocess
 import sys
 import tarfile
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -118,8 +116,8 @@ from devtools import (
     StartStop,
     ToolchainMissing,
     exit_codes,
-    https_request,
     kill_pid,
+    kubeapi,
     log_tail,
     mountpoints,
     mounts_under,
@@ -349,7 +347,8 @@ def _kubelet_may_set(label: str) -> bool:
 # --------------------------------------------------------------------------- kubeconfig / API
 
 class KubeApi:
-    """Just enough of a Kubernetes client for the node: token or client-certificate auth from a kubeconfig."""
+    """The node's view of a kubeconfig: the API server and the credentials the kubelet's own kubeconfig is made from,
+    and requests by path through devtools/kubeapi.py."""
 
     def __init__(self, kubeconfig: Union[str, Path]):
         self.path = Path(kubeconfig)
@@ -375,33 +374,12 @@ class KubeApi:
         self.server = self.cluster.get("server") or ""
         if not self.server.startswith("https://"):
             raise RealNodeError(f"{self.path}: the real node needs an https API server, found server {self.server!r}")
-        self._tmp: Optional[str] = None   # client certificate/key data written out, when the kubeconfig has any
-        self.ctx = ssl.create_default_context()
-        if self.cluster.get("insecure-skip-tls-verify"):
-            self.ctx = ssl._create_unverified_context()
-        elif self.cluster.get("certificate-authority-data"):
-            self.ctx.load_verify_locations(cadata=base64.b64decode(self.cluster["certificate-authority-data"]).decode())
-        elif self.cluster.get("certificate-authority"):
-            self.ctx.load_verify_locations(cafile=self._rel(self.cluster["certificate-authority"]))
-        cert, key = self._material("client-certificate"), self._material("client-key")
-        if cert and key:
-            self.ctx.load_cert_chain(cert, key)
-        self.token = self.user.get("token")
+        self._client: Optional[kubeapi.KubeApi] = None
         u = urllib.parse.urlparse(self.server)
         self.host, self.port = u.hostname or "127.0.0.1", u.port or 443
 
     def _rel(self, p: str) -> str:
         return str(p if os.path.isabs(p) else self.path.parent / p)
-
-    def _material(self, key: str) -> Optional[str]:
-        if self.user.get(key + "-data"):
-            if self._tmp is None:
-                self._tmp = tempfile.mkdtemp(prefix="gcurn-kc-")
-            out = Path(self._tmp) / key
-            out.write_bytes(base64.b64decode(self.user[key + "-data"]))
-            os.chmod(out, 0o600)
-            return str(out)
-        return self._rel(self.user[key]) if self.user.get(key) else None
 
     def ca_pem(self) -> bytes:
         if self.cluster.get("certificate-authority-data"):
@@ -412,21 +390,23 @@ class KubeApi:
 
     def request(self, method: str, path: str, body: Any = None, *, timeout: float = 15,
                 content_type: str = "application/json") -> Any:
-        status, text = https_request(self.host, self.port, self.ctx, method, path, token=self.token, body=body,
-                                     content_type=content_type, timeout=timeout)
-        if status >= 300:
-            err = RealNodeError(f"{method} {path} -> HTTP {status}: {text[:400]}")
-            err.status = status  # type: ignore[attr-defined]
-            raise err
-        return json.loads(text) if text else None
+        """A request through devtools' one Kubernetes client (devtools/kubeapi.py), with this kubeconfig's credentials."""
+        if self._client is None:
+            self._client = kubeapi.KubeApi.from_kubeconfig(self.path)
+        try:
+            return self._client.request(method, path, body, timeout=timeout, content_type=content_type)
+        except kubeapi.ApiError as error:
+            err = RealNodeError(f"{method} {path} -> HTTP {error.status}: {error.body[:400]}")
+            err.status = error.status  # type: ignore[attr-defined]
+            raise err from None
 
     def get(self, path: str, **kw: Any) -> Any:
         return self.request("GET", path, **kw)
 
     def close(self) -> None:
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
 
 def node_ready(node: Mapping) -> bool:

@@ -25,14 +25,15 @@ from devtools import CACHE_DIR, ToolchainMissing
 
 SUITE = "bookworm"
 MIRROR = os.environ.get("GCU_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-# python3 and the libraries of the toolkit's node code (components/node/: tomlkit, grpcio with protobuf; the
-# toolkit's Dockerfile installs the same packages on a base with network); the rest of minbase (sh, coreutils,
-# tar, gzip, findutils) is what every component image's install step uses.
-PACKAGES = ("python3-minimal", "libpython3.11-stdlib", "python3-tomlkit", "python3-grpcio", "python3-protobuf")
+# python3 and the libraries of the toolkit's node code (components/node/: tomlkit, grpcio with protobuf, the
+# kubernetes client; the toolkit's Dockerfile installs the same packages on a base with network); the rest of
+# minbase (sh, coreutils, tar, gzip, findutils) is what every component image's install step uses.
+PACKAGES = ("python3-minimal", "libpython3.11-stdlib", "python3-tomlkit", "python3-grpcio", "python3-protobuf", "python3-kubernetes",
+            "python3-cffi-backend")  # debootstrap does not resolve the virtual package python3-cryptography needs
 # Trimmed after debootstrap: not needed to run anything, and every vfs layer copies the lot.
 TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "usr/share/zoneinfo",
         "var/cache/apt", "var/lib/apt/lists", "var/cache/debconf/templates.dat-old", "var/log")
-RECIPE_VERSION = "2"
+RECIPE_VERSION = "3"
 
 
 def _sudo() -> list[str]:

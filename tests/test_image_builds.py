@@ -179,14 +179,14 @@ def test_image_id_changes_exactly_when_the_package_changes(builds, dockerd, proj
 IN_IMAGE = f"""
 import json, sys
 sys.path.insert(0, "{NODE_CODE_DIR}")
-import containerd_host, google.protobuf, grpc, tomlkit
+import containerd_host, google.protobuf, grpc, kubernetes, tomlkit
 document, texts, entry = json.loads(sys.argv[1])
 print(json.dumps({{
     "dropin": containerd_host.dumps(document),
     "edits": [[edited, containerd_host.remove_import_text(edited, entry, drop_key=True)[0]]
               for edited in (containerd_host.add_import_text(text, entry) for text in texts)],
     "versions": {{"python": sys.version.split()[0], "tomlkit": tomlkit.__version__, "grpcio": grpc.__version__,
-                  "protobuf": google.protobuf.__version__}},
+                  "protobuf": google.protobuf.__version__, "kubernetes": kubernetes.__version__}},
 }}))
 """
 CRI = containerd_host.CRI_PLUGIN[2]

@@ -4,7 +4,8 @@
 the short-lived activation pods and in the toolkit image, which carries exactly these files under
 /opt/gcu-stack/ (each module imports its siblings as a package here and as plain modules there;
 `runtime_api/`, generated protobuf code, is a package in both). Besides the standard library it
-uses pinned libraries: tomlkit (containerd's config), grpcio and protobuf (containerd's CRI),
+uses pinned libraries: tomlkit (containerd's config), grpcio and protobuf (containerd's CRI), the
+kubernetes client (the node's runtime, read by the toolkit's entrypoint),
 which requirements.txt installs here and the toolkit image from its base's packages. Engine code (providers, orchestration) is in
 `components/providers/`.
 """

@@ -1,12 +1,13 @@
 """Which container runtime a node uses, and the enflame runtime activated on it: the toolkit's entrypoint.
 
-Standard library only (the modules it runs use tomlkit and grpcio), shipped with the other node code
-(components/node/__init__.py NODE_FILES) under /opt/gcu-stack/ in the toolkit image.
+Shipped with the other node code (components/node/__init__.py NODE_FILES) under /opt/gcu-stack/ in
+the toolkit image.
 
     python3 node_runtime.py activate [--runtime auto|docker|containerd] [--node NAME]
 
 `auto` (the default, CONTAINER_RUNTIME) reads the node's `status.nodeInfo.containerRuntimeVersion`
-from the API server with the pod's service account, the way the provider chooses per node,
+from the API server as the pod's service account (the kubernetes client, in-cluster configuration),
+the way the provider chooses per node,
 then runs `runtime_host.py activate` (docker://) or `containerd_host.py activate`
 (containerd://) with their own settings from the environment. A node with another runtime is
 reported and left alone (exit 0: nothing gcu-stack can do there).
@@ -15,13 +16,10 @@ reported and left alone (exit 0: nothing gcu-stack can do there).
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import socket
-import ssl
 import sys
-import urllib.parse
 from typing import Optional
 
 try:
@@ -31,7 +29,6 @@ except ImportError:  # run as a script: the modules sit next to this file
     import runtime_host  # type: ignore[no-redef]
 
 SUPPORTED = ("docker", "containerd")
-SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def runtime_of(version: Optional[str]) -> Optional[str]:
@@ -41,25 +38,23 @@ def runtime_of(version: Optional[str]) -> Optional[str]:
     return version.split("://", 1)[0]
 
 
-def node_runtime_version(node: str, account: str = SERVICE_ACCOUNT) -> str:
-    """The node's containerRuntimeVersion, asked of the API server as this pod's service account."""
-    host = os.environ.get("KUBERNETES_SERVICE_HOST")
-    port = int(os.environ.get("KUBERNETES_SERVICE_PORT", "443"))
-    if not host:
-        raise RuntimeError("not in a pod (no KUBERNETES_SERVICE_HOST): give the runtime with --runtime")
-    with open(os.path.join(account, "token")) as handle:
-        token = handle.read().strip()
-    context = ssl.create_default_context(cafile=os.path.join(account, "ca.crt"))
-    connection = http.client.HTTPSConnection(host, port, context=context, timeout=10)
+def node_runtime_version(node: str) -> str:
+    """The node's containerRuntimeVersion, asked of the API server as this pod's service account (kubernetes client)."""
+    from kubernetes import client, config  # here, not at the top: the engine imports this module to parse settings
+    from urllib3.exceptions import HTTPError
+
     try:
-        connection.request("GET", f"/api/v1/nodes/{urllib.parse.quote(node)}", headers={"Authorization": f"Bearer {token}"})
-        response = connection.getresponse()
-        body = response.read()
-        if response.status != 200:
-            raise RuntimeError(f"reading node {node} from the API server: HTTP {response.status} {body[:200]!r}")
-    finally:
-        connection.close()
-    return ((json.loads(body).get("status") or {}).get("nodeInfo") or {}).get("containerRuntimeVersion") or ""
+        config.load_incluster_config()
+    except config.ConfigException as error:
+        raise RuntimeError(f"not in a pod ({error}): give the runtime with --runtime") from None
+    try:
+        found = client.CoreV1Api().read_node(node, _request_timeout=10)
+    except client.exceptions.ApiException as error:
+        raise RuntimeError(f"reading node {node} from the API server: HTTP {error.status} {error.reason}: {str(error.body or '')[:200]}") from None
+    except HTTPError as error:
+        raise RuntimeError(f"reading node {node} from the API server: {error}") from None
+    info = found.status.node_info if found.status else None
+    return (info.container_runtime_version if info else None) or ""
 
 
 def main(argv: Optional[list[str]] = None) -> int:
