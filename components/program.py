@@ -8,11 +8,11 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from .declare.stack import GcuStack, StackArgs
+from .declare.status import status_outputs
 from .errors import BlueprintError
 from .plan import checks
 from .settings import StackSettings, load_settings, pulumi_config
-from .stack import GcuStack, StackArgs
-from .status import status_outputs
 
 
 def kubernetes_provider(settings: StackSettings) -> k8s.Provider:

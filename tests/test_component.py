@@ -1,4 +1,4 @@
-"""The shared component builder (components/component.py, manifests.py, resolve.py) on any catalog entry."""
+"""The shared component builder (components/declare/component.py, manifests.py, resolve.py) on any catalog entry."""
 
 import pytest
 from harness import ENFLAME_REPO, GCU_REPO, SEED_BLUEPRINT, daemonsets, pod_spec, run_program, seed_spec

@@ -1,4 +1,4 @@
-"""The stack (components/stack.py): each link waits for the objects of its nearest deployed predecessors."""
+"""The stack (components/declare/stack.py): each link waits for the objects of its nearest deployed predecessors."""
 
 from harness import CONTAINER_RUNTIME, DRIVER_UPGRADE, GCU_NODES, SEED_BLUEPRINT, run_program, seed_spec
 

@@ -1,4 +1,4 @@
-"""Status (components/status.py): from the objects' own status, in GcuResource.status's shape."""
+"""Status (components/declare/status.py): from the objects' own status, in GcuResource.status's shape."""
 
 from harness import SEED_BLUEPRINT, ClusterMocks, run_program
 
@@ -51,7 +51,7 @@ def test_last_update_time_is_the_newest_change_gcu_stack_applied_not_a_creation_
 
 
 def test_last_update_time_falls_back_to_creation_without_managed_fields():
-    from components.status import _applied_at
+    from components.declare.status import _applied_at
 
     assert _applied_at({"creationTimestamp": "2026-01-01T00:00:00Z"}) == "2026-01-01T00:00:00Z"
     assert _applied_at({"creationTimestamp": "2026-01-01T00:00:00Z", "managedFields": [

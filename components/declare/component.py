@@ -8,11 +8,11 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import manifests
+from .. import manifests
+from ..model import StepContext, StepResult
+from ..names import FRONTS_ANNOTATION
+from ..plan.objects import CRD, CUSTOM, SERVICE, SUPPORT, WORKLOAD, ComponentPlan, PlannedObject
 from .k8s import declare, resource_info
-from .model import StepContext, StepResult
-from .names import FRONTS_ANNOTATION
-from .plan.objects import CRD, CUSTOM, SERVICE, SUPPORT, WORKLOAD, ComponentPlan, PlannedObject
 from .status import DEPLOYING, RUNNING, is_ready, last_applied, workload_ready
 
 

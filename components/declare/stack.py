@@ -7,14 +7,14 @@ from typing import Optional
 
 import pulumi
 
-from . import links
-from .chain import nearest_deployed
+from .. import links
+from ..chain import nearest_deployed
+from ..images import declare_images
+from ..model import ClusterAccess, ComponentDef, StepContext, StepResult
+from ..plan.objects import Plan, with_built_images
+from ..settings import StackSettings
 from .component import ComponentArgs, GcuComponent
-from .images import declare_images
 from .k8s import declare
-from .model import ClusterAccess, ComponentDef, StepContext, StepResult
-from .plan.objects import Plan, with_built_images
-from .settings import StackSettings
 
 
 @dataclass
