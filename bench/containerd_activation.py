@@ -32,7 +32,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from realservers import PROJECT_DIR, PYTHON, reload_count, start_dockerd, stop_dockerd  # noqa: E402
 
 from components.node import containerd_host, cri_client, runtime_host  # noqa: E402
-from devtools.containerd import Containerd, start_time  # noqa: E402
+from devtools import start_time  # noqa: E402
+from devtools.containerd import Containerd  # noqa: E402
 
 
 def stats(values: list[float]) -> str:
