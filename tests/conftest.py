@@ -7,6 +7,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import hypothesis
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,6 +18,18 @@ for path in (ROOT, ROOT / "tests"):
 from harness import SEED_BLUEPRINT, run_full, run_program  # noqa: E402
 
 from devtools import SERVER_LOGS, log_tail  # noqa: E402
+
+# Hypothesis profiles for every property test (HYPOTHESIS_PROFILE: dev, ci, thorough; see tests/test_properties.py).
+hypothesis.settings.register_profile(
+    "dev", max_examples=50, deadline=None, database=None, suppress_health_check=[hypothesis.HealthCheck.too_slow]
+)
+hypothesis.settings.register_profile(
+    "ci", max_examples=50, deadline=None, database=None, derandomize=True, suppress_health_check=[hypothesis.HealthCheck.too_slow]
+)
+# For hunting: many more examples (minutes, not for CI).
+hypothesis.settings.register_profile("thorough", max_examples=600, deadline=None, database=None, suppress_health_check=list(hypothesis.HealthCheck))
+# CI (CI=true) runs the derandomised profile: the same examples every run.
+hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 SERVER_LOG_TAILS = 8          # logs shown with a failure: the ones written last
 SERVER_LOG_LINES = 25

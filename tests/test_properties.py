@@ -8,16 +8,15 @@ every declared object validates against the Kubernetes 1.33 OpenAPI schema (test
 and against the rules that schema cannot express, implemented a second time from the Kubernetes
 documentation (tests/k8s_rules.py); the blueprint also validates against the shipped JSON Schema.
 
-Profiles (HYPOTHESIS_PROFILE): `dev` (default, random, 50 examples per property), `ci`
-(the default when CI is set: derandomised, no deadline, same count) and `thorough` (600 examples, for hunting). None keeps
-an example database in the checkout.
+Profiles (HYPOTHESIS_PROFILE, registered in tests/conftest.py for every property test): `dev` (default, random, 50
+examples per property), `ci` (the default when CI is set: derandomised, no deadline, same count) and `thorough` (600
+examples, for hunting). None keeps an example database in the checkout.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import os
 import typing
 
 import harness
@@ -25,7 +24,7 @@ import jsonschema
 import k8s_rules
 import kubernetes_validate.utils
 import pulumi
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from k8s_schema import validate_all
 from pydantic import BaseModel
@@ -35,16 +34,7 @@ from components.catalog import BY_KEY
 from components.schema import SCHEMA_FILE
 from components.spec import BaseFields
 
-settings.register_profile(
-    "dev", max_examples=50, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
-)
-settings.register_profile(
-    "ci", max_examples=50, deadline=None, database=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
-)
-# For hunting: many more examples (minutes, not for CI).
-settings.register_profile("thorough", max_examples=600, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-# CI (CI=true) runs the derandomised profile: the same examples every run.
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+# (Hypothesis profiles: tests/conftest.py.)
 
 # kubernetes-validate reads a schema file per object validated: read each once (read-only use).
 kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(kubernetes_validate.utils.schema_contents)

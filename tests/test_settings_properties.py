@@ -17,7 +17,6 @@ import json
 import harness
 import k8s_rules
 import pulumi
-import test_properties  # noqa: F401 (registers and loads the hypothesis profiles: ci when CI is set)
 from hypothesis import given
 from hypothesis import strategies as st
 from k8s_schema import validate_all
