@@ -171,7 +171,8 @@ def _check_version(value: str) -> None:
 
 
 # Loose patterns for editors (JSON Schema); the checks above are exact and say what is wrong.
-_REPOSITORY_HINT = r"^[A-Za-z0-9\[][A-Za-z0-9._:\[\]-]*(/[a-z0-9._-]+)*$"
+# A trailing "/" is taken (and dropped when the image reference is made, components/resolve.py).
+_REPOSITORY_HINT = r"^[A-Za-z0-9\[][A-Za-z0-9._:\[\]-]*(/[a-z0-9._-]+)*/?$"
 _IMAGE_HINT = r"^[a-z0-9][a-z0-9._/-]*(@[a-z0-9]+:[a-f0-9]+)?$"
 _VERSION_HINT = r"^([A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|sha(256|384|512):[a-f0-9]+)$"
 
