@@ -178,6 +178,7 @@ class ClusterAccess:
 
     kubeconfig: Any = None
     context: Optional[str] = None
+    uid: Any = None  # the cluster's recorded identity (ClusterGuard's kube-system UID), an Output
 
 
 @dataclass

@@ -11,14 +11,20 @@ import pulumi_kubernetes as k8s
 from .declare.stack import GcuStack, StackArgs
 from .declare.status import status_outputs
 from .errors import BlueprintError
+from .kube_target import pin
+from .model import ClusterAccess
 from .plan import checks
 from .settings import StackSettings, load_settings, pulumi_config
 
 
-def kubernetes_provider(settings: StackSettings) -> k8s.Provider:
+def pinned_access(settings: StackSettings) -> ClusterAccess:
+    """The stack's kubeconfig and context, the ambient ones made explicit (components/kube_target.py)."""
     options = settings.options
-    # Without explicit settings the provider uses the ambient kube context (KUBECONFIG or ~/.kube/config).
-    return k8s.Provider("k8s", kubeconfig=options.kubeconfig, context=options.kube_context)
+    kubeconfig, context = pin(options.kubeconfig, options.kube_context)
+    # A kubeconfig given inline is a credential: keep it out of state in plain text.
+    if kubeconfig and "\n" in kubeconfig:
+        kubeconfig = pulumi.Output.secret(kubeconfig)
+    return ClusterAccess(kubeconfig=kubeconfig, context=context)
 
 
 def main(project_dir: Optional[Path] = None) -> GcuStack:
@@ -29,9 +35,28 @@ def main(project_dir: Optional[Path] = None) -> GcuStack:
     except BlueprintError as error:
         # A clean message for `pulumi preview`, before any resource is declared.
         raise pulumi.RunError(str(error)) from None
+    from .providers.cluster_guard import ClusterGuard, ClusterGuardInputs
+
+    access = pinned_access(settings)
+    # The recorded cluster, checked before anything else is touched; its own explicit provider, since the default
+    # one would keep the whole stack config in state.
+    guard_provider = pulumi.ProviderResource("pulumi-python", "gcu-cluster", {})
+    guard = ClusterGuard(
+        "cluster",
+        ClusterGuardInputs(kubeconfig=access.kubeconfig, context=access.context, adopt=settings.options.adopt_cluster),
+        pulumi.ResourceOptions(provider=guard_provider),
+    )
+    access = ClusterAccess(kubeconfig=access.kubeconfig, context=access.context, uid=guard.uid)
+    kubernetes = k8s.Provider(
+        "k8s", kubeconfig=access.kubeconfig, context=access.context, opts=pulumi.ResourceOptions(depends_on=[guard])
+    )
     resource = settings.resource
-    stack = GcuStack(
-        resource.metadata.name, StackArgs(plan), pulumi.ResourceOptions(providers=[kubernetes_provider(settings)])
+    stack = GcuStack(resource.metadata.name, StackArgs(plan, access), pulumi.ResourceOptions(providers=[kubernetes]))
+    # Deleted first by `pulumi destroy` (it depends on everything): the cluster is checked before any delete.
+    ClusterGuard(
+        "cluster-check",
+        ClusterGuardInputs(kubeconfig=access.kubeconfig, context=access.context, clusterUid=guard.uid),
+        pulumi.ResourceOptions(provider=guard_provider, depends_on=[stack]),
     )
     outputs = status_outputs(
         [c.status for c in stack.components],
@@ -42,4 +67,5 @@ def main(project_dir: Optional[Path] = None) -> GcuStack:
     )
     for name, value in outputs.items():
         pulumi.export(name, value)
+    pulumi.export("cluster", {"server": guard.server, "uid": guard.uid, "context": access.context})
     return stack

@@ -38,6 +38,10 @@ class Options(BaseModel):
     name: Optional[str] = None
     kubeconfig: Optional[str] = None
     kube_context: Optional[str] = Field(None, alias="kubeContext")
+    # One deliberate move of the stack to another cluster: that cluster's kube-system UID (as the refusal names it).
+    adopt_cluster: Optional[str] = Field(
+        None, alias="adoptCluster", pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+    )
     # Component images to build from images/ (gcu-operator's config.json): components/images.py.
     images: ImagesOptions = Field(default_factory=ImagesOptions, alias="images")
     # Set with `pulumi config set --secret`; the password for images pushed with push: true.

@@ -4,6 +4,8 @@
     run-lock-holder FILE                             who holds it (the holder writes itself there)
     preflight --project-dir D --stack S --backend URL --state-dir D  clear stale locks and pending operations; exit 1 if locked
     run --backend URL --state-dir D --stack S -- pulumi ARGS         run with a holder record; pulumi's exit status
+    cluster-check --project-dir D --stack S                          exit 1 when the stack's pinned context reaches another cluster
+    embedded-reset --project-dir D --stack S --kubeconfig K          drop an embedded stack's state when its cluster was rebuilt
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ def main(argv: list[str]) -> int:
         p.add_argument("--backend", default=os.environ.get("PULUMI_BACKEND_URL", ""))
         p.add_argument("--state-dir", default=".state")
     sub.add_parser("run-lock-holder").add_argument("file")
+    for name in ("cluster-check", "embedded-reset"):
+        p = sub.add_parser(name)
+        p.add_argument("--project-dir", default=".")
+        p.add_argument("--stack", required=True)
+        if name == "embedded-reset":
+            p.add_argument("--kubeconfig", required=True)
     run = sub.add_parser("run")
     run.add_argument("--backend", default=os.environ.get("PULUMI_BACKEND_URL", ""))
     run.add_argument("--state-dir", default=".state")
@@ -59,6 +67,21 @@ def main(argv: list[str]) -> int:
         for line in result.blocked:
             print(f"error: {line}", file=sys.stderr)
         return 0 if result.ok else 1
+    if args.command == "cluster-check":
+        from stackops.clusters import check
+
+        problem = check(Path(args.project_dir), args.stack)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 1
+        return 0
+    if args.command == "embedded-reset":
+        from stackops.clusters import reset_if_rebuilt
+
+        note = reset_if_rebuilt(Path(args.project_dir), args.stack, args.kubeconfig)
+        if note:
+            print(f"==> {note}", file=sys.stderr)
+        return 0
     if args.command == "run":
         from stackops.holders import run as run_holding
 

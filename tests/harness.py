@@ -7,9 +7,11 @@ dependencies the engine would use for ordering, which `Mocks` alone does not.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
+from unittest import mock
 
 import pulumi
 from pulumi.runtime import mocks as runtime_mocks
@@ -23,6 +25,9 @@ GCU_NODES = "pulumi-python:dynamic/gcu:GcuNodes"
 GCU_VALIDATION = "pulumi-python:dynamic/gcu:GcuValidation"
 CONTAINER_RUNTIME = "pulumi-python:dynamic/gcu:ContainerRuntime"
 DRIVER_UPGRADE = "pulumi-python:dynamic/gcu:DriverUpgrade"
+CLUSTER_GUARD = "pulumi-python:dynamic/gcu:ClusterGuard"
+# The cluster the mocked ClusterGuard reports (its kube-system UID and API server).
+MOCK_CLUSTER = {"uid": "6b1c7c2e-3f0a-4d8e-9a51-2f4b8e0c9d17", "server": "https://mock-cluster:6443"}
 # The seed's default blueprint (shared/seeds/gcu-resource.json), shipped with the project.
 SEED_BLUEPRINT = PROJECT_DIR / "blueprints" / "gcu-resource.json"
 
@@ -90,6 +95,8 @@ class ClusterMocks(pulumi.runtime.Mocks):
                 "managedLabels": {},
                 "drift": [],
             }
+        if args.typ.endswith(":ClusterGuard"):
+            return dict(MOCK_CLUSTER)
         if args.typ.endswith(":ContainerRuntime"):
             runtimes = {n: "docker" for n in self.node_names}
             return {"hosts": {}, "runtimes": runtimes, "unsupported": {}, "active": self.ready, "message": "mock", "drift": []}
@@ -237,8 +244,11 @@ def run_program(
         captured.update(_sync_await(pulumi.Output.from_input(root.outputs).future()) or {})
         unknown.update(k for k, v in root.outputs.items() if not _sync_await(pulumi.Output.from_input(v).is_known()))
 
+    # The program pins the ambient kube context (components/kube_target.py): none here, whatever this machine has.
     try:
-        _sync_await(run_pulumi_func(program))
+        with mock.patch.dict(os.environ, {"HOME": str(PROJECT_DIR / "tests" / "no-such-home")}):
+            os.environ.pop("KUBECONFIG", None)
+            _sync_await(run_pulumi_func(program))
     except Exception as error:
         # What had been declared when it failed (a bad blueprint must have declared nothing).
         error.registrations = monitor.registrations  # type: ignore[attr-defined]

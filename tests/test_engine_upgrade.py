@@ -61,6 +61,23 @@ EXPECTED = {
 }
 
 
+# What the first up of this release changes on any earlier release's stack (issue 20): the cluster is recorded
+# (two ClusterGuards and their explicit provider), the Kubernetes provider gets its pinned context, and each
+# bundled resource is updated once to record the cluster's UID and that context. Nothing changes on the nodes.
+RECORDS_THE_CLUSTER = {
+    "create": {"ClusterGuard::cluster", "ClusterGuard::cluster-check", "pulumi-python::gcu-cluster"},
+    "update": {"kubernetes::k8s", "GcuNodes::gcu-nodes", "ContainerRuntime::container-runtime", "GcuValidation::gcu-validation"},
+}
+
+
+def merged(*changes: dict) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for change in changes:
+        for op, names in change.items():
+            found.setdefault(op, set()).update(names)
+    return found
+
+
 def steps_by_op(events: list) -> dict[str, set[str]]:
     """op -> {"Type::name"} from the engine's preview events (type without its package)."""
     found: dict[str, set[str]] = {}
@@ -110,7 +127,9 @@ def test_this_program_changes_only_what_it_must_on_a_stack_the_release_deployed(
     current.preview(
         policy_packs=[current.workspace.work_dir + "/policies"], policy_pack_configs=[str(policy_config)], on_event=events.append
     )
-    assert steps_by_op(events) == {op: names for op, names in EXPECTED.items() if names}
+    # GcuValidation is created by this release (EXPECTED), not updated.
+    recorded = {op: names - EXPECTED["create"] for op, names in RECORDS_THE_CLUSTER.items()}
+    assert steps_by_op(events) == merged(EXPECTED, recorded)
     result = current.up(on_output=lambda _: None)
     assert set(changes(result.summary.resource_changes)) <= {"update", "create"}
     assert current.outputs()["readyResource"].value == "5/5"
@@ -152,18 +171,23 @@ def test_a_stack_deployed_before_the_move_previews_refreshes_updates_and_destroy
     # Its state names the providers by their old paths: what the shims in components/hoststate/ serve.
     assert old_paths >= {"components.hoststate.gcu_nodes", "components.hoststate.container_runtime",
                          "components.hoststate.validation"}, old_paths
-    # The move kept every URN and input: nothing to change.
+    # The move kept every URN and input: nothing to change but recording the cluster.
     events: list = []
     current.stack.preview(on_event=events.append, on_output=lambda _: None)
-    assert steps_by_op(events) == {}
+    assert steps_by_op(events) == RECORDS_THE_CLUSTER
     # refresh reads every dynamic resource through the provider pickled in its state (old paths).
     current.stack.refresh(on_output=lambda _: None)
     # An update of one dynamic resource, targeted so that the others keep their old-path providers for the destroy.
     current.stack.set_config("gcu-stack:gcuNodes", auto.ConfigValue('{"pageSize": 250}'))
     (labels_urn,) = [r["urn"] for r in current.stack.export_stack().deployment["resources"] if r["urn"].endswith("::gcu-nodes")]
+    prefix = labels_urn.split("::")[0] + "::" + labels_urn.split("::")[1] + "::"
+    # With the cluster it now records, which it waits for.
+    guard = [prefix + "pulumi:providers:pulumi-python::gcu-cluster", prefix + "pulumi-python:dynamic/gcu:ClusterGuard::cluster"]
     events = []
-    current.stack.up(target=[labels_urn], on_output=lambda _: None, on_event=events.append)
-    assert steps_by_op(events) == {"update": {"GcuNodes::gcu-nodes"}}
+    current.stack.up(target=[labels_urn, *guard], on_output=lambda _: None, on_event=events.append)
+    # (The engine updates a provider whose inputs changed whatever the targets: the pinned context.)
+    assert steps_by_op(events) == {"update": {"GcuNodes::gcu-nodes", "kubernetes::k8s"},
+                                   "create": {"ClusterGuard::cluster", "pulumi-python::gcu-cluster"}}
     modules = provider_modules(current.stack)
     assert "components.providers.node_labels" in modules and "components.hoststate.container_runtime" in modules, modules
     # destroy deletes through the providers in the state: every label gcu-stack set is gone from the nodes.

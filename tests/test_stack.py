@@ -1,6 +1,6 @@
 """The stack (components/declare/stack.py): each link waits for the objects of its nearest deployed predecessors."""
 
-from harness import CONTAINER_RUNTIME, DRIVER_UPGRADE, GCU_NODES, SEED_BLUEPRINT, run_program, seed_spec
+from harness import CLUSTER_GUARD, CONTAINER_RUNTIME, DRIVER_UPGRADE, GCU_NODES, SEED_BLUEPRINT, run_program, seed_spec
 
 
 def workload(run, key):
@@ -110,7 +110,10 @@ def test_empty_spec_declares_no_provider_resources():
 
 def test_bundled_resources_use_an_explicit_provider_not_the_config_carrying_default():
     run = run_program({"blueprint": str(SEED_BLUEPRINT)})
-    (provider,) = run.of_type("pulumi:providers:pulumi-python")
-    assert provider.inputs == {}
+    providers = {p.name: p for p in run.of_type("pulumi:providers:pulumi-python")}
+    assert set(providers) == {"gcu-hoststate", "gcu-cluster"}
+    assert all(p.inputs == {} for p in providers.values())
     for type_ in (GCU_NODES, CONTAINER_RUNTIME):
-        assert run.single(type_).provider.startswith(provider.urn + "::")
+        assert run.single(type_).provider.startswith(providers["gcu-hoststate"].urn + "::")
+    for guard in run.of_type(CLUSTER_GUARD):
+        assert guard.provider.startswith(providers["gcu-cluster"].urn + "::")

@@ -3,6 +3,7 @@ what it sends its resource, what the stack reports. The provider itself: tests/t
 
 import pytest
 from harness import (
+    CLUSTER_GUARD,
     GCU_NODES,
     GCU_VALIDATION,
     SEED_BLUEPRINT,
@@ -21,6 +22,8 @@ def label(run, urn):
     registration = run.by_urn(urn)
     if registration.type == GCU_NODES:
         return "gcuNodes"
+    if registration.type == CLUSTER_GUARD:
+        return "cluster"
     return run.by_urn(registration.parent).name if registration.inputs.get("kind") else registration.type
 
 
@@ -32,8 +35,8 @@ def test_seed_validates_after_the_device_plugin_and_its_agents_as_a_child_of_the
     validation = seed_run.single(GCU_VALIDATION)
     assert seed_run.by_urn(validation.parent).type == "gcu:stack:GcuResource"
     # The last link: after the exporter and GFD, which come after the device plugin; its nodes from GcuNodes.
-    assert {label(seed_run, urn) for urn in validation.dependencies} == {"exporter", "gfd", "gcuNodes"}
-    (provider,) = seed_run.of_type("pulumi:providers:pulumi-python")
+    assert {label(seed_run, urn) for urn in validation.dependencies} == {"exporter", "gfd", "gcuNodes", "cluster"}
+    (provider,) = [p for p in seed_run.of_type("pulumi:providers:pulumi-python") if p.name == "gcu-hoststate"]
     assert validation.provider.startswith(provider.urn + "::")  # the explicit, empty provider
     assert links.ORDER.index("validation") > max(links.ORDER.index(k) for k in ("devicePlugin", "gcusharePlugin", "exporter", "gfd"))
 
@@ -91,7 +94,7 @@ def test_gcushare_validates_its_memory_resource_on_its_nodes_after_the_extender(
     validation = full.single(GCU_VALIDATION)
     waits = {label(full, urn) for urn in validation.dependencies}
     # Not Volcano nor Nightingale: they do not touch a GCU pod on a node.
-    assert waits == {"exporter", "gfd", "gcushareScheduler", "gcuNodes"}
+    assert waits == {"exporter", "gfd", "gcushareScheduler", "gcuNodes", "cluster"}
 
 
 def test_gcushare_nodes_limit_the_nodes_validated():

@@ -23,7 +23,7 @@ from k8s_schema import KUBERNETES_VERSION
 from realservers import PROJECT_DIR, AuditLog
 
 from components.providers import node_validation as v
-from components.providers.cluster import core_api
+from components.providers.cluster import core_api, identify
 
 PRESENT = "enflame.com/gcu.present"
 GCU = "enflame.com/gcu"
@@ -428,6 +428,8 @@ def props(cluster, nodes, **changes) -> dict:
         "image": "registry.local/gcu/gcu-runtime:1.0", "imagePullPolicy": "IfNotPresent", "command": [v.SELFCHECK],
         "runtimeClassName": "enflame", "namespace": NS, "instance": "test-validation", "revision": {}, "trigger": "",
         "kubeconfig": cluster.kubeconfig, "context": None,
+        # The stack's recorded cluster: every call checks it (components/providers/cluster.py).
+        "clusterUid": identify(core_api(cluster.kubeconfig, None))["uid"],
     }
     base.update(changes)
     assert set(base) == set(v.VALIDATION_INPUTS)

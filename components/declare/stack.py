@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import pulumi
@@ -12,7 +12,6 @@ from ..chain import nearest_deployed
 from ..images import declare_images
 from ..model import ClusterAccess, ComponentDef, StepContext, StepResult
 from ..plan.objects import Plan, with_built_images
-from ..settings import StackSettings
 from .component import ComponentArgs, GcuComponent
 from .k8s import declare
 
@@ -20,15 +19,8 @@ from .k8s import declare
 @dataclass
 class StackArgs:
     plan: Plan  # built and checked from the settings (components/plan/checks.py) before anything is declared
-
-
-def cluster_access(settings: StackSettings) -> ClusterAccess:
-    options = settings.options
-    # A kubeconfig given inline is a credential: keep it out of state in plain text.
-    kubeconfig = options.kubeconfig
-    if kubeconfig and "\n" in kubeconfig:
-        kubeconfig = pulumi.Output.secret(kubeconfig)
-    return ClusterAccess(kubeconfig=kubeconfig, context=options.kube_context)
+    # The pinned kubeconfig and context, and the recorded cluster's UID (components/program.py).
+    cluster: ClusterAccess = field(default_factory=ClusterAccess)
 
 
 class GcuStack(pulumi.ComponentResource):
@@ -53,7 +45,7 @@ class GcuStack(pulumi.ComponentResource):
             parent=self,
             after=[],
             settings=None,
-            cluster=cluster_access(settings),
+            cluster=args.cluster,
             # An explicit provider for the bundled dynamic resources: the engine configures the
             # default `pulumi-python` provider with the whole stack config and keeps that in
             # state in plain text, secrets included (seen with gcu-stack:nightingaleDbPassword).

@@ -6,7 +6,7 @@ from dataclasses import fields
 from typing import Any, Optional
 
 import pulumi
-from pulumi.dynamic import ResourceProvider
+from pulumi.dynamic import DiffResult, ResourceProvider
 
 
 def as_props(inputs: Any) -> dict:
@@ -20,8 +20,22 @@ def inputs_of(props: dict, keys: tuple[str, ...]) -> dict:
 
 
 def changed_inputs(olds: dict, news: dict, keys: tuple[str, ...]) -> list[str]:
-    # Only our own inputs: the serialized provider (__provider) changes with the code, not the node.
+    # Only our own inputs: the serialized provider (__provider) changes with the code, not the node. A resource of an
+    # earlier release is updated once to record the cluster (clusterUid) and the pinned context: what destroy reads.
     return [k for k in keys if olds.get(k) != news.get(k)]
+
+
+def moved_cluster(olds: dict, news: dict) -> bool:
+    """The stack moved to another cluster (gcu-stack:adoptCluster): the resource is replaced, leaving the old cluster
+    first, as it was, then acting on the new one."""
+    return bool(olds.get("clusterUid")) and bool(news.get("clusterUid")) and olds["clusterUid"] != news["clusterUid"]
+
+
+def bundled_diff(olds: dict, news: dict, changed: list[str]) -> DiffResult:
+    """An in-place update for any change of the resource's own inputs; a replacement when the stack moved cluster."""
+    if moved_cluster(olds, news):
+        return DiffResult(changes=True, replaces=["clusterUid"], stables=[], delete_before_replace=True)
+    return DiffResult(changes=bool(changed), replaces=[], stables=[], delete_before_replace=False)
 
 
 class Bundled(pulumi.dynamic.Resource):

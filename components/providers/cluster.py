@@ -1,4 +1,4 @@
-"""A Kubernetes API client built from resource inputs, never cached between calls."""
+"""A Kubernetes API client built from resource inputs, never cached between calls, and the cluster's identity."""
 
 from __future__ import annotations
 
@@ -7,10 +7,17 @@ import os
 from typing import Any, Optional
 
 import yaml
+from pulumi.runtime.rpc import UNKNOWN
+
+from ..kube_target import looks_like_content
+
+# Where a cluster's identity is read: the kube-system namespace exists from a cluster's first moments to its last,
+# and its UID changes only when the cluster is rebuilt (a new etcd), whatever its API server's address.
+IDENTITY_NAMESPACE = "kube-system"
 
 
-def _looks_like_content(kubeconfig: str) -> bool:
-    return "\n" in kubeconfig or kubeconfig.lstrip().startswith(("apiVersion", "{"))
+class ClusterMismatch(RuntimeError):
+    """The cluster reached is not the one the stack's resources live on: nothing was done."""
 
 
 def core_api(kubeconfig: Optional[str], context: Optional[str], pool_size: int = 32):
@@ -18,7 +25,7 @@ def core_api(kubeconfig: Optional[str], context: Optional[str], pool_size: int =
     from kubernetes import client, config
 
     configuration = client.Configuration()
-    if kubeconfig and _looks_like_content(kubeconfig):
+    if kubeconfig and looks_like_content(kubeconfig):
         config.load_kube_config_from_dict(yaml.safe_load(kubeconfig), context=context, client_configuration=configuration)
     elif kubeconfig or os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config")):
         config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
@@ -26,6 +33,48 @@ def core_api(kubeconfig: Optional[str], context: Optional[str], pool_size: int =
         config.load_incluster_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = pool_size
     return client.CoreV1Api(client.ApiClient(configuration))
+
+
+def identify(api: Any) -> dict[str, str]:
+    """{"uid": kube-system's UID, "server": the API server's URL} of the cluster `api` reaches."""
+    namespace = json.loads(api.read_namespace(IDENTITY_NAMESPACE, _preload_content=False).data)
+    return {"uid": namespace["metadata"]["uid"], "server": api.api_client.configuration.host}
+
+
+def describe(identity: dict) -> str:
+    server = identity.get("server")
+    return f"{server} (kube-system UID {identity.get('uid')})" if server else f"with kube-system UID {identity.get('uid')}"
+
+
+def mismatch(recorded: dict, found: dict, context: Optional[str]) -> ClusterMismatch:
+    via = f"kube context {context!r}" if context else "the kube config"
+    return ClusterMismatch(
+        f"refused: this stack's resources live on the cluster {describe(recorded)}, but {via} now reaches "
+        f"another cluster, {describe(found)}. Nothing was done. Point the context back at the stack's cluster "
+        "(gcu-stack:kubeconfig / gcu-stack:kubeContext, KUBECONFIG or the current context), or, to move this stack "
+        f"to the new cluster deliberately, `pulumi config set gcu-stack:adoptCluster {found.get('uid')}` and run `up`."
+    )
+
+
+def checked_api(props: dict, pool_size: int = 32):
+    """core_api for a bundled resource's properties, refusing any cluster but the one it recorded (`clusterUid`).
+
+    A resource created before clusters were recorded has no clusterUid: it is reached unchecked until
+    its next update records one.
+    """
+    api = core_api(props.get("kubeconfig"), props.get("context"), pool_size)
+    expected = props.get("clusterUid")
+    if expected and expected != UNKNOWN:  # unknown: a preview while the guard itself changes
+        found = identify(api)
+        if found["uid"] != expected:
+            raise mismatch({"uid": expected}, found, props.get("context"))
+    return api
+
+
+def ensure_cluster(props: dict) -> None:
+    """Refuse any cluster but the one the resource recorded, before a provider acts without the API (e.g. on a local runtime)."""
+    if props.get("clusterUid"):
+        checked_api(props, pool_size=1)
 
 
 def list_nodes(api: Any, page_size: int = 500) -> list[dict]:

@@ -18,8 +18,8 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
 from ..node.node_runtime import SUPPORTED, runtime_of
-from .bundled import Bundled, changed_inputs, inputs_of
-from .cluster import core_api
+from .bundled import Bundled, bundled_diff, changed_inputs, inputs_of
+from .cluster import core_api, ensure_cluster
 from .transports import transport_for
 
 # Where a runtime's files live: a change of these moves the state, so the old place is restored first.
@@ -40,6 +40,7 @@ class ContainerRuntimeInputs:
     timeoutSeconds: int
     kubeconfig: Any = None
     context: Optional[str] = None
+    clusterUid: Any = None  # the stack's cluster (ClusterGuard's kube-system UID): any other is refused
 
 
 INPUTS = tuple(ContainerRuntimeInputs.__dataclass_fields__)
@@ -65,7 +66,7 @@ def node_runtimes(props: dict) -> tuple[dict[str, str], dict[str, str]]:
         return {n: forced for n in nodes}, {}
     from kubernetes.client.exceptions import ApiException
 
-    api = core_api(props.get("kubeconfig"), props.get("context"))
+    api = core_api(props.get("kubeconfig"), props.get("context"))  # ensure_cluster checked it already
     found, unsupported = {}, {}
     for node in nodes:
         try:
@@ -174,12 +175,14 @@ class ContainerRuntimeProvider(ResourceProvider):
     serialize_as_secret_always = False
 
     def create(self, props: dict) -> CreateResult:
+        ensure_cluster(props)
         runtimes, unsupported = node_runtimes(props)
         hosts = _activate_all(props, plan_hosts(props, runtimes), {})
         return CreateResult("container-runtime", _outputs(props, hosts, runtimes, unsupported))
 
     def read(self, id_: str, props: dict) -> ReadResult:
         props = normalise(props)
+        ensure_cluster(props)
         hosts = dict(props.get("hosts") or {})
         seen, errors = _each(hosts, lambda host, state: transport_for(props, state["runtime"]).inspect(host, state.get("nodes", []), state))
         drift = [f"{host}: cannot inspect ({error})" for host, error in sorted(errors.items())]
@@ -194,10 +197,11 @@ class ContainerRuntimeProvider(ResourceProvider):
         if not changed and olds.get("drift"):
             changed = ["hosts"]
         # A node's runtime is a singleton: every change is an in-place update, never a replacement.
-        return DiffResult(changes=bool(changed), replaces=[], stables=[], delete_before_replace=False)
+        return bundled_diff(olds, news, changed)
 
     def update(self, _id: str, olds: dict, news: dict) -> UpdateResult:
         olds = normalise(olds)
+        ensure_cluster(news)
         runtimes, unsupported = node_runtimes(news)
         targets = plan_hosts(news, runtimes)
         previous = olds.get("hosts") or {}
@@ -212,6 +216,7 @@ class ContainerRuntimeProvider(ResourceProvider):
 
     def delete(self, _id: str, props: dict) -> None:
         props = normalise(props)
+        ensure_cluster(props)
         _restore(props, props.get("hosts") or {})
 
 

@@ -34,8 +34,8 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
 from ..names import DEPLOY_LABEL_PREFIX, PAUSED_FOR_DRIVER_UPGRADE
-from .bundled import Bundled, changed_inputs, inputs_of
-from .cluster import core_api
+from .bundled import Bundled, bundled_diff, changed_inputs, inputs_of
+from .cluster import ClusterMismatch, checked_api
 
 STATE_LABEL = "enflame.com/gcu.driver-upgrade-state"
 SKIP_LABEL = "enflame.com/gcu.driver-upgrade.skip"
@@ -83,6 +83,7 @@ class DriverUpgradeInputs:
     validation: Optional[dict]  # the GcuValidation inputs, when the stack validates; None: no validation
     kubeconfig: Any = None
     context: Optional[str] = None
+    clusterUid: Any = None  # the stack's cluster (ClusterGuard's kube-system UID): any other is refused
 
 
 INPUTS = tuple(DriverUpgradeInputs.__dataclass_fields__)
@@ -231,7 +232,7 @@ class Cluster:
     def __init__(self, props: dict, sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic):
         from kubernetes import client
 
-        self.api = core_api(props.get("kubeconfig"), props.get("context"))
+        self.api = checked_api(props)
         self.apps = client.AppsV1Api(self.api.api_client)
         self.props = props
         self.sleep, self.clock = sleep, clock
@@ -647,6 +648,8 @@ def _pending(props: dict) -> bool:
         cluster = Cluster(props)
         revision = cluster.current_revision(timeout=5)
         return bool(plan(cluster.facts(list(props.get("nodes") or [])), revision, 1, "100%").waves)
+    except ClusterMismatch:
+        raise
     except Exception:  # noqa: BLE001 - the live cluster unreadable means "unknown", not "changed"
         return False
 
@@ -668,7 +671,7 @@ class DriverUpgradeProvider(ResourceProvider):
         changed = changed_inputs(olds, news, INPUTS)
         if not changed and (olds.get("failed") or _pending(news)):
             changed = ["nodes"]
-        return DiffResult(changes=bool(changed), replaces=[], stables=[], delete_before_replace=False)
+        return bundled_diff(olds, news, changed)
 
     def update(self, _id: str, _olds: dict, news: dict) -> UpdateResult:
         return UpdateResult(_outputs(news, rollout(news, _log)))

@@ -19,8 +19,8 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
 from ..names import DEFAULT_DRIVER_LABEL, DEPLOY_LABEL_PREFIX, GCU_PRESENT_LABEL, NFD_PCI_LABEL, OPERANDS_LABEL, PAUSED_FOR_DRIVER_UPGRADE
-from .bundled import Bundled, changed_inputs, inputs_of
-from .cluster import core_api, list_nodes
+from .bundled import Bundled, bundled_diff, changed_inputs, inputs_of
+from .cluster import checked_api, list_nodes
 
 MANAGED_ANNOTATION = "gcu-stack.enflame.com/managed-labels"
 OUR_VALUE = "true"
@@ -280,6 +280,7 @@ class GcuNodesInputs:
     components: list[str]  # node agents whose deploy labels gcu-stack manages
     kubeconfig: Any = None  # path or content (a secret Output when content)
     context: Optional[str] = None
+    clusterUid: Any = None  # the stack's cluster (ClusterGuard's kube-system UID): any other is refused
     names: list[str] = field(default_factory=list)
     selector: dict[str, str] = field(default_factory=dict)
     driverLabel: Optional[str] = DEFAULT_DRIVER_LABEL
@@ -297,7 +298,7 @@ NODE_OUTPUTS = ("nodes", "drivers", "optedOut", "managedLabels", "drift")
 
 def _labeler(props: dict) -> NodeLabeler:
     return NodeLabeler(
-        core_api(props.get("kubeconfig"), props.get("context")),
+        checked_api(props),
         Selection(names=tuple(props.get("names") or ()), selector=tuple(sorted((props.get("selector") or {}).items()))),
         components=tuple(props.get("components") or ()),
         driver_label=props.get("driverLabel"),
@@ -352,7 +353,7 @@ class GcuNodesProvider(ResourceProvider):
         changed = changed_inputs(olds, news, NODE_INPUTS)
         if not changed and (olds.get("drift") or _pending_writes(news)):
             changed = ["nodes"]
-        return DiffResult(changes=bool(changed), replaces=[], stables=[], delete_before_replace=False)
+        return bundled_diff(olds, news, changed)
 
     def update(self, _id: str, _olds: dict, news: dict) -> UpdateResult:
         report = _labeler(news).apply(require_driver=bool(news.get("requireDriver")))

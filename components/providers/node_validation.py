@@ -36,8 +36,8 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvide
 
 from ..names import DEPLOY_LABEL_PREFIX, GCU_RESOURCE, OPERANDS_LABEL, SELFCHECK, label_value
 from ..node.runtime_host import RUNTIME_NAME
-from .bundled import Bundled, changed_inputs, inputs_of
-from .cluster import core_api, list_nodes
+from .bundled import Bundled, bundled_diff, changed_inputs, inputs_of
+from .cluster import ClusterMismatch, checked_api, list_nodes
 
 RUNTIME_CLASS = RUNTIME_NAME
 COMPONENT = "validation"
@@ -622,6 +622,7 @@ class GcuValidationInputs:
     trigger: str = ""  # any new value validates again
     kubeconfig: Any = None
     context: Optional[str] = None
+    clusterUid: Any = None  # the stack's cluster (ClusterGuard's kube-system UID): any other is refused
 
 
 VALIDATION_INPUTS = tuple(f.name for f in fields(GcuValidationInputs))
@@ -686,7 +687,7 @@ def run_validation(props: dict) -> dict:
     """Validate every covered node; the resource's outputs. Raises ValidationFailed in fail mode."""
     if not props.get("enabled", True):
         return {**_inputs(props), "passed": True, "results": {}, "skipped": {}, "failures": [], "validatedAt": None, "drift": []}
-    api = core_api(props.get("kubeconfig"), props.get("context"))
+    api = checked_api(props)
     covered, skipped = _covered(props, list_all_nodes(api))
     results = validate_nodes(
         api, covered, check_settings(props), sample=int(props.get("sampleSize") or 0), parallel=int(props.get("parallel") or 10)
@@ -739,7 +740,7 @@ class GcuValidationProvider(ResourceProvider):
         # `pulumi refresh`: the nodes' capacity as it is now, without running any pod.
         if not props.get("enabled", True):
             return ReadResult(id_, props)
-        api = core_api(props.get("kubeconfig"), props.get("context"))
+        api = checked_api(props)
         drift, results = drift_of(props, list_all_nodes(api))
         failures = [v.get("message") for v in results.values() if not v.get("passed")]
         return ReadResult(id_, {**props, "results": results, "passed": not failures, "failures": failures, "drift": drift})
@@ -752,12 +753,14 @@ class GcuValidationProvider(ResourceProvider):
             else:
                 try:
                     # A node that lost (or gained) its GCUs since the last validation: validate again.
-                    api = core_api(news.get("kubeconfig"), news.get("context"))
+                    api = checked_api(news)
                     if drift_of({**olds, **_inputs(news)}, list_all_nodes(api))[0]:
                         changed = ["nodes"]
+                except ClusterMismatch:
+                    raise
                 except Exception:  # noqa: BLE001 - a preview that cannot read the cluster diffs on inputs only
                     pass
-        return DiffResult(changes=bool(changed), replaces=[], stables=[], delete_before_replace=False)
+        return bundled_diff(olds, news, changed)
 
     def update(self, _id: str, _olds: dict, news: dict) -> UpdateResult:
         return UpdateResult(run_validation(news))
@@ -765,7 +768,9 @@ class GcuValidationProvider(ResourceProvider):
     def delete(self, _id: str, props: dict) -> None:
         # Only a run killed outright leaves Jobs (and they expire by themselves): remove them now.
         try:
-            sweep(core_api(props.get("kubeconfig"), props.get("context")), props.get("namespace") or "kube-system", props.get("instance") or "gcu-stack")
+            sweep(checked_api(props), props.get("namespace") or "kube-system", props.get("instance") or "gcu-stack")
+        except ClusterMismatch:
+            raise
         except Exception:  # noqa: BLE001 - nothing persistent is at stake; never block a destroy
             pass
 

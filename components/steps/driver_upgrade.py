@@ -158,6 +158,7 @@ def declare(context: StepContext) -> StepResult:
         validation=validation,
         kubeconfig=context.cluster.kubeconfig,
         context=context.cluster.context,
+        clusterUid=context.cluster.uid,
     )
     pulumi.Output.from_input(context.cluster.kubeconfig).apply(lambda kubeconfig: _preview_plan(context, daemonset, inputs, kubeconfig))
     resource = DriverUpgrade(

@@ -68,6 +68,7 @@ def declare(context: StepContext) -> StepResult:
             components=agents,
             kubeconfig=context.cluster.kubeconfig,
             context=context.cluster.context,
+            clusterUid=context.cluster.uid,
             names=list(selection.names),
             selector=dict(selection.selector),
             driverLabel=selection.driver_label or None,

@@ -152,6 +152,7 @@ def declare(context: StepContext) -> StepResult:
         timeoutSeconds=max(settings.docker_runtime.timeout_seconds, settings.containerd.timeout_seconds),
         kubeconfig=context.cluster.kubeconfig,
         context=context.cluster.context,
+        clusterUid=context.cluster.uid,
     )
     pulumi.Output.from_input(context.cluster.kubeconfig).apply(lambda kubeconfig: _report_unsupported(context, settings, kubeconfig))
     resource = ContainerRuntime(

@@ -161,6 +161,7 @@ def validation_inputs(options: ValidationOptions, context: StepContext, warn: bo
         trigger=options.trigger,
         kubeconfig=context.cluster.kubeconfig,
         context=context.cluster.context,
+        clusterUid=context.cluster.uid,
     )
 
 
