@@ -154,6 +154,69 @@ def test_delete_leaves_nothing_of_ours_even_mid_upgrade(cluster):
         assert not node(cluster, name)["spec"].get("unschedulable"), name
 
 
+def make_not_ready(cluster, name: str) -> None:
+    """The node's kubelet stops: kwok no longer plays it, and the node reports NotReady, as the kubelet would."""
+    from devtools.localcluster import KWOK_ANNOTATION
+
+    cluster.kubectl("annotate", "node", name, f"{KWOK_ANNOTATION}-")
+    cluster.api.patch(f"/api/v1/nodes/{name}/status", {"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "container runtime is down"}]}})
+
+
+def make_ready(cluster, name: str) -> None:
+    from devtools.localcluster import KWOK_ANNOTATION, KWOK_ANNOTATION_VALUE
+
+    cluster.kubectl("annotate", "node", name, f"{KWOK_ANNOTATION}={KWOK_ANNOTATION_VALUE}", "--overwrite")
+    wait_until(lambda: du.not_ready(node(cluster, name)) is None, 60, what=f"{name} Ready again")
+
+
+def test_a_node_deleted_and_another_notready_mid_rollout_are_reported_without_waiting_out_timeouts(cluster):
+    import threading
+    import time
+
+    # gcu-node-1's new driver cannot land (a taint it does not tolerate): its upgrade waits in `restart driver`,
+    # and the node is deleted there. gcu-node-3's kubelet is down before its turn.
+    cluster.kubectl("taint", "node", "gcu-node-1", "gcu-test/broken=true:NoSchedule")
+    make_not_ready(cluster, "gcu-node-3")
+    apply(cluster, [manifest("driver", version="5.0")])
+    result: dict = {}
+
+    def run():
+        started = time.monotonic()
+        try:
+            result["outputs"] = du.rollout(props(cluster, driverReadyTimeoutSeconds=90))
+        except Exception as error:  # noqa: BLE001 - the test reads it
+            result["error"] = error
+        result["seconds"] = time.monotonic() - started
+
+    rollout = threading.Thread(target=run)
+    rollout.start()
+    wait_until(lambda: node(cluster, "gcu-node-1")["metadata"]["labels"].get(du.STATE_LABEL) == du.RESTARTING, 90,
+               what="gcu-node-1 restarting its driver")
+    cluster.kubectl("delete", "node", "gcu-node-1", "--wait=false")
+    rollout.join(150)
+    assert not rollout.is_alive()
+    # Well inside the 90 s the driver step could wait: the deletion is seen within a poll, the NotReady node at once.
+    assert result["seconds"] < 80, result
+    message = str(result["error"])
+    assert "gcu-node-3 failed at ready check: the node is NotReady (KubeletNotReady: container runtime is down)" in message
+    assert f"{du.LEFT}: gcu-node-1" in message and "not started: gcu-node-4" in message
+    assert node(cluster, "gcu-node-2")["metadata"]["labels"][du.STATE_LABEL] == du.DONE
+    notready = node(cluster, "gcu-node-3")
+    assert notready["metadata"]["labels"][du.STATE_LABEL] == du.FAILED and not notready["spec"].get("unschedulable")
+    assert node(cluster, "gcu-node-4")["metadata"]["labels"].get(du.STATE_LABEL) in (None, du.DONE)
+
+    # The node is back (a new node of that name) and the kubelet is up: the next run finishes, repeating nothing.
+    make_ready(cluster, "gcu-node-3")
+    cluster.add_nodes([NODES[0]])
+    wait_until(lambda: all_ready(cluster, "app.kubernetes.io/name=enflame-gcu-driver", 4, "kube-system"), 90, what="driver pods")
+    done_before = node(cluster, "gcu-node-2")["metadata"]["resourceVersion"]
+    outputs = du.rollout(props(cluster))
+    assert outputs["upgraded"] == ["gcu-node-3", "gcu-node-4"]
+    assert node(cluster, "gcu-node-2")["metadata"]["resourceVersion"] == done_before
+    assert all(not node(cluster, n)["spec"].get("unschedulable") for n in GCU_NODES)
+
+
 @pytest.mark.parametrize("selector", ["app=training", "app==training,tier!=web", "app in (a, b),!preemptible",
                                       "team notin (x),gpu", "rank>2", "example.com/job in(a)", "app in (a,", "/app",
                                       "app=train ing", "tier notin ()", "tier in ()", "tier notin (web api)", "rank>x", "a b", "bad key=x", "a,"])

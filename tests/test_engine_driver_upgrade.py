@@ -6,7 +6,11 @@ a node whose new driver never gets Ready halts it, the next `up` resumes, destro
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 
 import pytest
 from driver_fixtures import CordonWatch, all_ready, apply, gcu_job, ordinary, uids
@@ -14,6 +18,7 @@ from engine import DRIVER_LABEL, GCU_NODE_LABELS, GCUS, engine_stack, node, outp
 from harness import seed_spec
 from pulumi import automation as auto
 from realnode_fixtures import wait_until
+from realservers import PROJECT_DIR
 
 from components.providers import driver_rollout as du
 
@@ -100,6 +105,64 @@ def test_4_a_failed_node_halts_the_rollout_and_the_next_up_resumes(upgrade):
     assert out["driverUpgrade"]["upgraded"] == ["gcu-node-2", "gcu-node-3"]
     assert node(cluster, "gcu-node-1")["metadata"]["resourceVersion"] == first
     assert out["phase"] == "Running"
+
+
+def driver_pods(cluster) -> dict[str, dict]:
+    found = json.loads(cluster.kubectl("get", "pods", "-n", "kube-system", "-l", "app.kubernetes.io/name=enflame-gcu-driver",
+                                       "-o", "json").stdout)["items"]
+    return {p["spec"]["nodeName"]: p for p in found if not p["metadata"].get("deletionTimestamp")}
+
+
+def test_4b_an_up_killed_mid_rollout_is_completed_by_the_next_one_without_state_surgery(upgrade):
+    """SIGKILL of `pulumi up` (and of everything in its process group, as a CI runner's timeout does) while a node is
+    cordoned and its pods evicted; the next command clears the stale lock and what the killed one left (stackops, as
+    scripts/gcu-stack runs it), and the next up finishes the rollout: no node stays cordoned, none is upgraded twice."""
+    stack, cluster, root, _ = upgrade
+    set_json_config(stack, "spec", spec("4.0"))
+    env = {**os.environ, **stack.workspace.env_vars, "PYTHONPATH": str(PROJECT_DIR)}
+    backend, state_dir, project = env["PULUMI_BACKEND_URL"], root / "state", root / "project"
+    killed = subprocess.Popen(
+        [sys.executable, "-m", "stackops", "run", "--backend", backend, "--state-dir", str(state_dir), "--stack", "driver",
+         "--", "pulumi", "up", "--yes", "--skip-preview", "--stack", "driver"],
+        cwd=project, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    busy = (du.CORDONED, du.WAITING, du.EVICTING, du.RESTARTING, du.VALIDATING)
+
+    def mid_rollout():
+        # The second node in the middle of its upgrade: the first one is finished, the third not started.
+        return node(cluster, "gcu-node-2")["metadata"]["labels"].get(du.STATE_LABEL) in busy
+
+    try:
+        wait_until(mid_rollout, 240, what="gcu-node-2 in the middle of its driver upgrade", interval=0.2)
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+    new_image = "artifact.enflame.cn/galaxy_docker_hub/gcu/gcu-driver:4.0"
+    at_kill_pods = driver_pods(cluster)
+    pods_at_kill = {n: p["metadata"]["uid"] for n, p in at_kill_pods.items()}
+    # Upgraded to 4.0 before the kill (a `done` label alone may be the 3.0 rollout's).
+    finished_before = [n for n, p in at_kill_pods.items()
+                       if p["spec"]["containers"][0]["image"] == new_image and node(cluster, n)["metadata"]["labels"].get(du.STATE_LABEL) == du.DONE]
+    assert finished_before == ["gcu-node-1"], finished_before
+    assert any(node(cluster, n)["spec"].get("unschedulable") for n in GCU_NODES)  # killed with a node cordoned
+
+    recovered = subprocess.run(
+        [sys.executable, "-m", "stackops", "preflight", "--project-dir", str(project), "--stack", "driver",
+         "--backend", backend, "--state-dir", str(state_dir)],
+        cwd=project, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert recovered.returncode == 0, recovered.stderr
+    assert "removed the lock left by" in recovered.stderr, recovered.stderr
+    stack.up(on_output=lambda _: None)
+    out = outputs(stack)
+    assert out["phase"] == "Running" and out["driverUpgrade"]["failed"] == {}
+    assert set(out["driverUpgrade"]["nodes"].values()) <= {du.DONE, "current"}
+    for name in GCU_NODES:
+        assert not node(cluster, name)["spec"].get("unschedulable"), name
+    pods = driver_pods(cluster)
+    assert {p["spec"]["containers"][0]["image"] for p in pods.values()} == {new_image}
+    for name in finished_before:  # upgraded before the kill: not again
+        assert pods[name]["metadata"]["uid"] == pods_at_kill[name], name
 
 
 def test_5_destroy_leaves_no_cordon_label_or_annotation(upgrade):

@@ -59,6 +59,26 @@ class NodeFailed(Exception):
         self.node, self.step, self.message = node, step, message
 
 
+class NodeLeft(NodeFailed):
+    """The node left the cluster during its upgrade: nothing is left to upgrade there; the rollout goes on."""
+
+    def __init__(self, node: str, step: str):
+        super().__init__(node, step, "the node left the cluster")
+
+
+LEFT = "left the cluster during the upgrade"
+
+
+def not_ready(node: dict) -> Optional[str]:
+    """Why a node is not Ready (its Ready condition's reason and message), or None when it is."""
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            if condition.get("status") == "True":
+                return None
+            return f"{condition.get('reason') or 'NotReady'}: {condition.get('message') or 'no message'}".strip()
+    return "no Ready condition reported"
+
+
 # ---------------------------------------------------------------------------- inputs
 
 
@@ -258,7 +278,7 @@ class Cluster:
             self.api.patch_node(name, patch, _content_type="application/merge-patch+json", _preload_content=False)
         except ApiException as error:
             if error.status == 404:
-                raise NodeFailed(name, "node", "the node left the cluster during the upgrade") from None
+                raise NodeLeft(name, "node") from None
             raise
 
     def pods_on(self, node: str, selector: str = "") -> list[dict]:
@@ -346,9 +366,22 @@ class NodeUpgrade:
         while not done():
             if self.cluster.clock() > deadline:
                 raise NodeFailed(self.node, step, f"{what()} after {timeout:.0f} s")
+            # A node deleted meanwhile is reported at once, not after the step's whole timeout.
+            if self.cluster.node(self.node) is None:
+                raise NodeLeft(self.node, step)
             self.cluster.sleep(POLL)
 
+    def ready_check(self) -> None:
+        """Nothing is done on a node that is gone or NotReady: its pods could not move nor its driver restart."""
+        node = self.cluster.node(self.node)
+        if node is None:
+            raise NodeLeft(self.node, "ready check")
+        why = not_ready(node)
+        if why is not None:
+            raise NodeFailed(self.node, "ready check", f"the node is NotReady ({why}); nothing was done on it")
+
     def run(self) -> None:
+        self.ready_check()
         self.state(UPGRADE_REQUIRED)
         self.cordon()
         self.wait_for_jobs()
@@ -363,7 +396,7 @@ class NodeUpgrade:
     def cordon(self) -> None:
         node = self.cluster.node(self.node)
         if node is None:
-            raise NodeFailed(self.node, "cordon", "the node left the cluster")
+            raise NodeLeft(self.node, "cordon")
         annotations = node["metadata"].get("annotations") or {}
         if not (node.get("spec") or {}).get("unschedulable"):
             self.cluster.patch_node(
@@ -553,22 +586,27 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
     revision = cluster.current_revision()
     nodes = list(props.get("nodes") or [])
     the_plan = plan(cluster.facts(nodes), revision, int(props["maxParallel"]), props["maxUnavailable"])
-    upgraded, failed = [], {}
+    upgraded, failed, left = [], {}, []
     for wave in the_plan.waves:
         def one(node: str) -> Optional[NodeFailed]:
             try:
                 NodeUpgrade(cluster, node, revision, log).run()
                 return None
             except NodeFailed as error:
-                return error
+                failure = error
             except Exception as error:  # noqa: BLE001 - recorded on the node like any other failure
-                return NodeFailed(node, "upgrade", str(error))
+                failure = NodeFailed(node, "upgrade", str(error))
+            # Whatever failed (a 404, a wait), a node that is gone has nothing left to upgrade.
+            return failure if isinstance(failure, NodeLeft) or cluster.node(node) is not None else NodeLeft(node, failure.step)
 
         with ThreadPoolExecutor(max_workers=max(1, len(wave))) as pool:
             for node, failure in zip(wave, pool.map(one, wave), strict=True):
                 if failure is None:
                     upgraded.append(node)
                     log(f"{node}: driver upgraded")
+                elif isinstance(failure, NodeLeft):
+                    left.append(node)
+                    log(f"{node}: {LEFT} (at {failure.step}); going on with the other nodes")
                 else:
                     failed[node] = f"{failure.step}: {failure.message}"
                     try:
@@ -578,25 +616,28 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
         if failed:
             break
     if not failed:
-        wait_driver_ready(cluster, revision, [n for n in nodes if n not in the_plan.skipped], float(props["driverReadyTimeoutSeconds"]))
+        wait_driver_ready(cluster, revision, [n for n in nodes if n not in the_plan.skipped and n not in left],
+                          float(props["driverReadyTimeoutSeconds"]))
+    skipped = {**the_plan.skipped, **{n: LEFT for n in left}}
     states = node_states(cluster.facts(nodes), revision)
     outputs = {
         "revision": revision,
         "states": states,
-        "skipped": the_plan.skipped,
+        "skipped": skipped,
         "upgraded": upgraded,
         "failed": failed,
         "mostUnavailable": the_plan.most_unavailable,
         "finishedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "message": (
             f"driver upgraded on {len(upgraded)} node(s)" if the_plan.waves else "every GCU node runs the current driver"
-        ) + (f"; skipped: {', '.join(sorted(the_plan.skipped))}" if the_plan.skipped else ""),
+        ) + (f"; skipped: {', '.join(sorted(skipped))}" if skipped else ""),
     }
     if failed:
-        untouched = [n for n in the_plan.nodes if n not in upgraded and n not in failed]
+        untouched = [n for n in the_plan.nodes if n not in upgraded and n not in failed and n not in left]
         raise RuntimeError(
             "driver upgrade stopped: " + "; ".join(f"{n} failed at {why}" for n, why in sorted(failed.items()))
-            + f". The node stays cordoned in state {FAILED} ({REASON_ANNOTATION} says why); "
+            + f". The node stays in state {FAILED} ({REASON_ANNOTATION} says why), cordoned if its upgrade had begun; "
+            + (f"{LEFT}: {', '.join(left)}; " if left else "")
             + (f"not started: {', '.join(untouched)}. " if untouched else "")
             + "Fix it and run `pulumi up` again: finished nodes are not repeated."
         )
