@@ -37,6 +37,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
@@ -504,6 +505,24 @@ class LocalCluster(StartStop):
         self.timings["nodes-created"] = time.monotonic() - t0
         self.wait_ready(timeout=max(1.0, deadline - time.monotonic()))
         self.timings["ready"] = time.monotonic() - t0
+
+    def restart_apiserver(self, down_seconds: float = 5.0, timeout: float = 60.0) -> None:
+        """Stop kube-apiserver (SIGTERM, SIGKILL after 10 s, as an upgrade or a crash does), keep it down for
+        `down_seconds`, then start it again with the same flags and wait until it is ready."""
+        c = self.components["kube-apiserver"]
+        if c.proc is not None:
+            c.proc.terminate()
+            try:
+                c.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                c.proc.kill()
+                c.proc.wait()
+        elif c.pid is not None and c.alive():
+            os.kill(c.pid, signal.SIGKILL)
+        time.sleep(down_seconds)
+        self._launch("kube-apiserver", c.exe, c.argv[1:])
+        self._write_state()
+        self._wait("kube-apiserver", self._apiserver_ready, time.monotonic() + timeout)
 
     def _launch(self, name: str, exe: str, args: Sequence[Any], env: Optional[dict] = None) -> None:
         argv = [exe] + [str(a) for a in args]
