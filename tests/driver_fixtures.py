@@ -72,3 +72,22 @@ class CordonWatch:
     def __exit__(self, *exc):
         self._stop.set()
         self.thread.join()
+
+
+def make_not_ready(cluster, name: str) -> None:
+    """The node's kubelet stops: kwok no longer plays it, and the node reports NotReady, as the kubelet would."""
+    from devtools.localcluster import KWOK_ANNOTATION
+
+    cluster.kubectl("annotate", "node", name, f"{KWOK_ANNOTATION}-")
+    cluster.api.patch(f"/api/v1/nodes/{name}/status", {"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "container runtime is down"}]}})
+
+
+def make_ready(cluster, name: str) -> None:
+    from devtools.localcluster import KWOK_ANNOTATION, KWOK_ANNOTATION_VALUE
+
+    cluster.kubectl("annotate", "node", name, f"{KWOK_ANNOTATION}={KWOK_ANNOTATION_VALUE}", "--overwrite")
+    from realnode_fixtures import wait_until
+
+    wait_until(lambda: du.not_ready(json.loads(cluster.kubectl("get", "node", name, "-o", "json").stdout)) is None, 60,
+               what=f"{name} Ready again")

@@ -8,7 +8,7 @@ PodDisruptionBudget and ordinary pods. A new driver image then rolls out node by
 from __future__ import annotations
 
 import pytest
-from driver_fixtures import CordonWatch, all_ready, apply, gcu_job, ordinary, pods, uids
+from driver_fixtures import CordonWatch, all_ready, apply, gcu_job, make_not_ready, make_ready, ordinary, pods, uids
 from engine import node
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -152,22 +152,6 @@ def test_delete_leaves_nothing_of_ours_even_mid_upgrade(cluster):
         assert not {du.REASON_ANNOTATION, du.CORDONED_ANNOTATION, du.PAUSED_ANNOTATION} & set(meta.get("annotations") or {}), name
         assert "enflame.com/gcu.deploy.devicePlugin" not in meta["labels"], name
         assert not node(cluster, name)["spec"].get("unschedulable"), name
-
-
-def make_not_ready(cluster, name: str) -> None:
-    """The node's kubelet stops: kwok no longer plays it, and the node reports NotReady, as the kubelet would."""
-    from devtools.localcluster import KWOK_ANNOTATION
-
-    cluster.kubectl("annotate", "node", name, f"{KWOK_ANNOTATION}-")
-    cluster.api.patch(f"/api/v1/nodes/{name}/status", {"status": {"conditions": [
-        {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "container runtime is down"}]}})
-
-
-def make_ready(cluster, name: str) -> None:
-    from devtools.localcluster import KWOK_ANNOTATION, KWOK_ANNOTATION_VALUE
-
-    cluster.kubectl("annotate", "node", name, f"{KWOK_ANNOTATION}={KWOK_ANNOTATION_VALUE}", "--overwrite")
-    wait_until(lambda: du.not_ready(node(cluster, name)) is None, 60, what=f"{name} Ready again")
 
 
 def test_a_node_deleted_and_another_notready_mid_rollout_are_reported_without_waiting_out_timeouts(cluster):

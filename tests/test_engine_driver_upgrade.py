@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from driver_fixtures import CordonWatch, all_ready, apply, gcu_job, ordinary, uids
+from driver_fixtures import CordonWatch, all_ready, apply, gcu_job, make_not_ready, make_ready, ordinary, uids
 from engine import DRIVER_LABEL, GCU_NODE_LABELS, GCUS, engine_stack, node, outputs, set_json_config
 from harness import seed_spec
 from pulumi import automation as auto
@@ -163,6 +163,60 @@ def test_4b_an_up_killed_mid_rollout_is_completed_by_the_next_one_without_state_
     assert {p["spec"]["containers"][0]["image"] for p in pods.values()} == {new_image}
     for name in finished_before:  # upgraded before the kill: not again
         assert pods[name]["metadata"]["uid"] == pods_at_kill[name], name
+
+
+def test_4c_a_node_deleted_and_another_notready_mid_rollout_are_reported_and_the_next_up_finishes(upgrade):
+    """Through the engine: gcu-node-1 is deleted while it waits for its new driver, gcu-node-3's kubelet is down."""
+    import threading
+    import time
+
+    stack, cluster, _, _ = upgrade
+    # With two of the three GCU nodes gone, the GCU job has nowhere left to run: its disruption budget would hold the
+    # last node's eviction for evictionTimeoutSeconds (a limit of its own, tried in test_4). Lifted here, so that the
+    # time measured is the deletion's and the NotReady node's alone.
+    cluster.kubectl("delete", "pdb", "training", "-n", "default")
+    cluster.kubectl("taint", "node", "gcu-node-1", "gcu-test/broken=true:NoSchedule")  # its new driver cannot land
+    make_not_ready(cluster, "gcu-node-3")
+    set_json_config(stack, "spec", spec("5.0"))
+    set_json_config(stack, "driverUpgrade", {"driverReadyTimeoutSeconds": 120})
+    result: dict = {}
+
+    def up():
+        try:
+            stack.up(on_output=lambda _: None)
+        except auto.CommandError as error:
+            result["error"] = str(error)
+        result["done"] = time.monotonic()
+
+    running = threading.Thread(target=up)
+    running.start()
+    wait_until(lambda: node(cluster, "gcu-node-1")["metadata"]["labels"].get(du.STATE_LABEL) == du.RESTARTING, 300,
+               what="gcu-node-1 restarting its driver")
+    deleted = time.monotonic()
+    cluster.kubectl("delete", "node", "gcu-node-1", "--wait=false")
+    running.join(600)
+    assert not running.is_alive()
+    # Not after the driver step's 120 s: the deletion is seen within a poll, the NotReady node is failed at once.
+    assert result["done"] - deleted < 90, (result["done"] - deleted, result.get("error", "")[-6000:])
+    assert "gcu-node-3 failed at ready check: the node is NotReady (KubeletNotReady: container runtime is down)" in result["error"]
+    assert f"{du.LEFT}: gcu-node-1" in result["error"]
+    notready = node(cluster, "gcu-node-3")
+    assert notready["metadata"]["labels"][du.STATE_LABEL] == du.FAILED and not notready["spec"].get("unschedulable")
+    done_before = node(cluster, "gcu-node-2")["metadata"]["resourceVersion"]
+
+    # The kubelet is back and gcu-node-1 rejoins (a new node): refresh sees its missing labels, the next up finishes.
+    make_ready(cluster, "gcu-node-3")
+    cluster.add_nodes([NODES[0]])
+    stack.refresh(on_output=lambda _: None)
+    stack.up(on_output=lambda _: None)
+    out = outputs(stack)
+    assert out["phase"] == "Running" and out["driverUpgrade"]["failed"] == {}
+    assert "gcu-node-3" in out["driverUpgrade"]["upgraded"] and "gcu-node-2" not in out["driverUpgrade"]["upgraded"]
+    assert node(cluster, "gcu-node-2")["metadata"]["resourceVersion"] == done_before
+    for name in GCU_NODES:
+        assert not node(cluster, name)["spec"].get("unschedulable"), name
+    assert {p["spec"]["containers"][0]["image"] for p in driver_pods(cluster).values()} == {
+        "artifact.enflame.cn/galaxy_docker_hub/gcu/gcu-driver:5.0"}
 
 
 def test_5_destroy_leaves_no_cordon_label_or_annotation(upgrade):
