@@ -25,6 +25,14 @@ def changed_inputs(olds: dict, news: dict, keys: tuple[str, ...]) -> list[str]:
     return [k for k in keys if olds.get(k) != news.get(k)]
 
 
+def engine_log(message: str) -> None:
+    """A line in `pulumi up`'s output (the engine shows a dynamic provider's info messages)."""
+    try:
+        pulumi.log.info(message)
+    except Exception:  # noqa: BLE001 - a message must never fail a provider
+        pass
+
+
 def moved_cluster(olds: dict, news: dict) -> bool:
     """The stack moved to another cluster (gcu-stack:adoptCluster): the resource is replaced, leaving the old cluster
     first, as it was, then acting on the new one."""

@@ -16,8 +16,8 @@ from typing import Any, Optional
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 from pulumi.runtime.rpc import UNKNOWN
 
-from .bundled import Bundled, inputs_of
-from .cluster import ClusterMismatch, core_api, identify, mismatch
+from .bundled import Bundled, engine_log, inputs_of
+from .cluster import ClusterMismatch, core_api, describe, identify, mismatch
 
 
 @dataclass
@@ -72,6 +72,10 @@ class ClusterGuardProvider(ResourceProvider):
 
     def create(self, props: dict) -> CreateResult:
         found = checked(props)
+        if not props.get("clusterUid"):  # `cluster` itself: say which cluster the stack is now bound to
+            engine_log(f"this stack's cluster is recorded: {describe(found)}, reached through "
+                 f"{'kube context ' + repr(props['context']) if props.get('context') else 'in-cluster credentials'}; "
+                 "from now on a command that reaches another cluster is refused")
         return CreateResult(f"cluster-{found['uid']}", {**inputs_of(props, INPUTS), **found})
 
     def read(self, id_: str, props: dict) -> ReadResult:

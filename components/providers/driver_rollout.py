@@ -30,11 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
 from ..names import DEPLOY_LABEL_PREFIX, PAUSED_FOR_DRIVER_UPGRADE
-from .bundled import Bundled, bundled_diff, changed_inputs, inputs_of
+from .bundled import Bundled, bundled_diff, changed_inputs, engine_log, inputs_of
 from .cluster import ClusterMismatch, checked_api
 
 STATE_LABEL = "enflame.com/gcu.driver-upgrade-state"
@@ -671,12 +670,7 @@ def clean_up(props: dict) -> None:
 # ---------------------------------------------------------------------------- the provider
 
 
-def _log(message: str) -> None:
-    """Progress in `pulumi up`'s output (the engine shows a dynamic provider's info messages)."""
-    try:
-        pulumi.log.info(message)
-    except Exception:  # noqa: BLE001 - logging must never fail an upgrade
-        pass
+_log = engine_log  # progress in `pulumi up`'s output
 
 
 def _outputs(props: dict, result: dict) -> dict:
