@@ -78,8 +78,10 @@ USAGE
 say() { echo "gcu-driver: $*"; }
 
 # The last status, for --check (the probe's output shows in the pod's events).
+# Written aside and renamed: the probe (--check) runs at any moment and must never read a half-written file.
 status() {
-    [ "$probe" = yes ] || printf '%s\n' "$*" >"$STATUS_FILE" 2>/dev/null || :
+    [ "$probe" = yes ] && return 0
+    { printf '%s\n' "$*" >"$STATUS_FILE.new" && mv -f "$STATUS_FILE.new" "$STATUS_FILE"; } 2>/dev/null || :
 }
 probe=no
 
