@@ -196,7 +196,8 @@ def _unique_object(pairs: list[tuple[str, Any]]) -> dict:
     return found
 
 
-def _parse_file(path: Path) -> Any:
+def read_blueprint_file(path: Path) -> Any:
+    """The document in a JSON or YAML blueprint file (UTF-8, no key given twice), or BlueprintError naming the file."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -232,7 +233,7 @@ def load_settings(config: Mapping[str, Any], project_dir: Path, secret_keys: fro
         path = Path(options.blueprint).expanduser()
         if not path.is_absolute():
             path = project_dir / path
-        document, source = _parse_file(path), str(path)
+        document, source = read_blueprint_file(path), str(path)
     elif options.spec is not None:
         document = {
             "apiVersion": "topsops.enflame.com/v1",
