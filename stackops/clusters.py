@@ -32,7 +32,7 @@ def live(kubeconfig: Optional[str], context: Optional[str]) -> dict:
 
 def check(project_dir: Path, stack: str, env: Optional[dict] = None, pulumi: Sequence[str] = ("pulumi",)) -> Optional[str]:
     """None when the stack's pinned kubeconfig and context still reach its recorded cluster; else why not."""
-    from components.providers.cluster import ClusterMismatch, mismatch
+    from components.providers.cluster import ClusterMismatch, verify
 
     try:
         found = recorded(pending.export(stack, project_dir, env, pulumi))
@@ -41,11 +41,9 @@ def check(project_dir: Path, stack: str, env: Optional[dict] = None, pulumi: Seq
     if not found or not found.get("uid") or not isinstance(found.get("kubeconfig"), (str, type(None))):
         return None  # nothing recorded yet, or an inline kubeconfig (a secret): the providers check it
     try:
-        now = live(found.get("kubeconfig"), found.get("context"))
+        verify(live(found.get("kubeconfig"), found.get("context")), found, found.get("context"))
     except ClusterMismatch as error:
         return str(error)
-    if now["uid"] != found["uid"]:
-        return str(mismatch(found, now, found.get("context")))
     return None
 
 

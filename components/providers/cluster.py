@@ -56,6 +56,13 @@ def mismatch(recorded: dict, found: dict, context: Optional[str]) -> ClusterMism
     )
 
 
+def verify(found: dict, want: Optional[dict], context: Optional[str], adopt: Optional[str] = None) -> dict:
+    """`found` when it is the cluster `want` names (or none is named, or `adopt` names `found`); else the refusal."""
+    if want and want.get("uid") and found["uid"] != want["uid"] and adopt != found["uid"]:
+        raise mismatch(want, found, context)
+    return found
+
+
 def checked_api(props: dict, pool_size: int = 32):
     """core_api for a bundled resource's properties, refusing any cluster but the one it recorded (`clusterUid`).
 
@@ -65,9 +72,7 @@ def checked_api(props: dict, pool_size: int = 32):
     api = core_api(props.get("kubeconfig"), props.get("context"), pool_size)
     expected = props.get("clusterUid")
     if expected and expected != UNKNOWN:  # unknown: a preview while the guard itself changes
-        found = identify(api)
-        if found["uid"] != expected:
-            raise mismatch({"uid": expected}, found, props.get("context"))
+        verify(identify(api), {"uid": expected}, props.get("context"))
     return api
 
 

@@ -17,7 +17,7 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvide
 from pulumi.runtime.rpc import UNKNOWN
 
 from .bundled import Bundled, engine_log, inputs_of
-from .cluster import ClusterMismatch, core_api, describe, identify, mismatch
+from .cluster import ClusterMismatch, core_api, describe, identify, verify
 
 
 @dataclass
@@ -60,11 +60,7 @@ def expected(props: dict) -> Optional[dict]:
 
 def checked(props: dict) -> dict:
     """The live identity, when it is the expected one (or nothing is expected yet)."""
-    found = live_identity(props)
-    want = expected(props)
-    if want is not None and found["uid"] != want["uid"]:
-        raise mismatch(want, found, props.get("context"))
-    return found
+    return verify(live_identity(props), expected(props), props.get("context"))
 
 
 class ClusterGuardProvider(ResourceProvider):
@@ -86,9 +82,8 @@ class ClusterGuardProvider(ResourceProvider):
         if news.get("clusterUid") == UNKNOWN:  # a preview while `cluster` changes: checked when it is known
             return DiffResult(changes=True, replaces=[], stables=[], delete_before_replace=False)
         found = live_identity(news)
-        want = expected({**news, "uid": olds.get("uid"), "server": olds.get("server")})
-        if want is not None and found["uid"] != want["uid"] and news.get("adopt") != found["uid"]:
-            raise mismatch(want, found, news.get("context"))
+        verify(found, expected({**news, "uid": olds.get("uid"), "server": olds.get("server")}), news.get("context"),
+               news.get("adopt"))
         changed = [k for k in INPUTS if k != "adopt" and olds.get(k) != news.get(k)]
         if found["uid"] != olds.get("uid") or found["server"] != olds.get("server"):
             changed.append("uid")
@@ -98,11 +93,10 @@ class ClusterGuardProvider(ResourceProvider):
 
     def update(self, _id: str, olds: dict, news: dict) -> UpdateResult:
         found = live_identity(news)
-        recorded = olds.get("uid")
-        if not news.get("clusterUid") and recorded and found["uid"] != recorded and news.get("adopt") != found["uid"]:
-            raise mismatch({"uid": recorded, "server": olds.get("server")}, found, news.get("context"))
-        if news.get("clusterUid") and found["uid"] != news["clusterUid"]:
-            raise mismatch({"uid": news["clusterUid"]}, found, news.get("context"))
+        if news.get("clusterUid"):  # cluster-check: held to the UID it is given, never adopting
+            verify(found, {"uid": news["clusterUid"]}, news.get("context"))
+        else:
+            verify(found, {"uid": olds.get("uid"), "server": olds.get("server")}, news.get("context"), news.get("adopt"))
         return UpdateResult({**inputs_of(news, INPUTS), **found})
 
     def delete(self, _id: str, props: dict) -> None:
