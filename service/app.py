@@ -6,10 +6,10 @@ import hmac
 import json
 import os
 import time
-from pathlib import Path
-from typing import Any
+from pathlib import Path as FilePath
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pulumi import automation as auto
@@ -22,9 +22,11 @@ from service.gum import GumError, envelope, failure, operation_of
 from service.metrics import Metrics
 from service.operations import Operation, Operations
 from service.oplog import OpLog
-from service.stacks import StackStore, checked_name
+from service.stacks import NAME, StackStore, checked_name
 
 POLICIES = ("background", "foreground")
+# A GcuResource's name in a path, documented in the OpenAPI document (checked by FastAPI, refused as gum would).
+GrName = Annotated[str, Path(pattern=NAME.pattern, max_length=63, description="a GcuResource (stack) name")]
 
 
 class BodyTooLarge(Exception):
@@ -111,10 +113,12 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
         metrics.operations.labels(op.operation, result).inc()
         metrics.duration.labels(op.operation).observe(seconds)
         metrics.running.dec()
+        if op.driverRolledOut and op.phase == "succeeded":
+            metrics.driver_reports(((op.outputs or {}).get("driverUpgrade") or {}).get("reports") or {})
         oplog.write("finished", operationId=op.id, operation=op.operation, name=op.stack, who=op.who, result=result,
                     seconds=round(seconds, 1), changes=op.summary, error=op.error)
 
-    def run_lock(stack: str) -> Path:
+    def run_lock(stack: str) -> FilePath:
         from stackops.locks import file_backend_root, project_name, run_lock_path
 
         root = file_backend_root(store.env.get("PULUMI_BACKEND_URL") or os.environ.get("PULUMI_BACKEND_URL", ""))
@@ -157,8 +161,13 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in error.errors())
-        return _answer(request.method, request.url.path, 400, problems or "invalid request")
+        problems = []
+        for e in error.errors():
+            if tuple(e.get("loc", ())) == ("path", "name"):
+                problems.append(f"{e.get('input')!r} is not a GcuResource name (lower-case letters, digits and '-', at most 63)")
+            else:
+                problems.append(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}")
+        return _answer(request.method, request.url.path, 400, "; ".join(problems) or "invalid request")
 
     def authorized(request: Request) -> None:
         if config.token is None:
@@ -183,15 +192,15 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
         return envelope("List", {"apiVersion": "topsops.enflame.com/v1", "kind": "GcuResourceList", "items": items})
 
     @api.get("/gum/v1/gr/{name}", openapi_extra=BEARER)
-    def get_resource(name: str) -> dict:
+    def get_resource(name: GrName) -> dict:
         return envelope("Get", store.gcu_resource(checked_name(name)))
 
     @api.get("/gum/v1/gr/{name}/resource/{kind}", openapi_extra=BEARER)
-    def get_component(name: str, kind: str) -> dict:
+    def get_component(name: GrName, kind: str) -> dict:
         return envelope("Get", store.live_object(checked_name(name), kind))
 
     @api.get("/gum/v1/gr/{name}/history", openapi_extra=BEARER)
-    def history(name: str) -> dict:
+    def history(name: GrName) -> dict:
         return envelope("History", {"name": name, "updates": store.history(checked_name(name))})
 
     async def checked_blueprint(name: str, request: Request) -> tuple[str, dict]:
@@ -206,7 +215,7 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
         return body["file"], await run_in_threadpool(check)
 
     @api.post("/gum/v1/gr/{name}/preview", openapi_extra={**FILE_BODY, **BEARER})
-    async def preview(name: str, request: Request) -> dict:
+    async def preview(name: GrName, request: Request) -> dict:
         checked_name(name)
         file, values = await checked_blueprint(name, request)
         events: list[auto.EngineEvent] = []
@@ -220,7 +229,7 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
         return envelope("Preview", {"file": file, **preview_content(result, events)})
 
     @api.put("/gum/v1/gr/{name}", openapi_extra={**FILE_BODY, **BEARER})
-    async def upgrade(name: str, request: Request) -> dict:
+    async def upgrade(name: GrName, request: Request) -> dict:
         checked_name(name)
         file, values = await checked_blueprint(name, request)
         caller = who(request)
@@ -237,7 +246,7 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
         return envelope("Upgrade", operationId=op.id, progress=f"/gum/v1/operations/{op.id}")
 
     @api.delete("/gum/v1/gr/{name}", openapi_extra={**DELETE_BODY, **BEARER})
-    async def delete(name: str, request: Request) -> JSONResponse:
+    async def delete(name: GrName, request: Request) -> JSONResponse:
         checked_name(name)
         body = await json_body(request, ("policy",))
         policy = body.get("policy", "background")

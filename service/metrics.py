@@ -16,3 +16,14 @@ class Metrics:
                                   ["operation"], registry=self.registry,
                                   buckets=(5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200))
         self.running = Gauge("gcu_stack_service_operations_running", "Operations running now", registry=self.registry)
+        # From each finished operation's driverUpgrade.reports (the rollout's own per-node record).
+        self.driver_node = Histogram("gcu_stack_service_driver_node_upgrade_seconds",
+                                     "One node's driver upgrade, first state to last, by result", ["result"],
+                                     registry=self.registry, buckets=(10, 30, 60, 120, 300, 600, 1200, 1800, 3600))
+        self.evictions = Counter("gcu_stack_service_driver_evictions", "Pods evicted (or drained) by driver upgrades",
+                                 registry=self.registry)
+
+    def driver_reports(self, reports: dict) -> None:
+        for report in (reports or {}).values():
+            self.driver_node.labels(report.get("result", "unknown")).observe(float(report.get("seconds") or 0))
+            self.evictions.inc(len(report.get("evicted") or []))

@@ -23,6 +23,7 @@ from pulumi import automation as auto
 
 from service.gum import GumError
 
+DRIVER_ROLLOUT = "pulumi-python:dynamic/gcu:DriverUpgrade"
 KEEP = 200  # operations kept in operations.json (the oldest finished ones go first)
 MESSAGES = 40  # the last engine messages kept in an operation's progress
 # Progress is written by the engine's event thread and read by requests: one lock for both (they are brief).
@@ -49,6 +50,7 @@ class Operation:
     inFlight: list = field(default_factory=list)  # URNs being changed now
     messages: list = field(default_factory=list)  # the engine's last info/warning lines
     outputs: dict = field(default_factory=dict)  # the stack's status outputs, when finished
+    driverRolledOut: bool = False  # this operation ran a driver rollout (its outputs' reports are this run's)
 
     def public(self) -> dict:
         with PROGRESS:
@@ -70,6 +72,8 @@ class Operation:
             op = _op(meta.op)
             if op != "same":
                 self.done[op] = self.done.get(op, 0) + 1
+                if meta.type == DRIVER_ROLLOUT and op in ("create", "update"):
+                    self.driverRolledOut = True
             if meta.urn in self.inFlight:
                 self.inFlight.remove(meta.urn)
         if event.diagnostic_event and event.diagnostic_event.severity in ("info", "warning", "error"):

@@ -23,6 +23,7 @@ class OpLog:
 
     def write(self, event: str, **fields: Any) -> None:
         record = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), "event": event, **fields}
-        line = json.dumps(record, default=str, ensure_ascii=False)
+        # ASCII only: a path or header may carry U+2028 and the like, which line-splitting tools take for a newline.
+        line = json.dumps(record, default=str)
         with self.lock, open(self.path, "a", encoding="utf-8") as out:
             out.write(line + "\n")

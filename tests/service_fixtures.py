@@ -61,7 +61,7 @@ class Service:
 
     def oplog_records(self) -> list[dict]:
         path = self.oplog / "gcu-upgrade-manager.log"
-        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return [json.loads(line) for line in path.read_text().split("\n") if line] if path.exists() else []
 
     def wait_for(self, operation_id: str, timeout: float = 600) -> dict:
         """The operation once it has finished (its progress polled as a script would)."""

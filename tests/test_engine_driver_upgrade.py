@@ -80,6 +80,14 @@ def test_3_up_rolls_node_by_node_moving_only_gcu_pods(upgrade):
     assert uids(cluster, "app=web") == web
     for name in GCU_NODES:
         assert not node(cluster, name)["spec"].get("unschedulable")
+    # Each node's record: the states it went through in order, and the GCU pods moved off it (never an ordinary one).
+    reports = out["driverUpgrade"]["reports"]
+    assert sorted(reports) == GCU_NODES and {r["result"] for r in reports.values()} == {"upgraded"}
+    for name in GCU_NODES:
+        states = [s["state"] for s in reports[name]["states"]]
+        assert states[0] == du.UPGRADE_REQUIRED and states[-1] == du.DONE and du.EVICTING in states, (name, states)
+    evicted = [pod for r in reports.values() for pod in r["evicted"]]
+    assert evicted and all(pod.startswith("default/training-") for pod in evicted), evicted
     images = {p["spec"]["containers"][0]["image"] for p in json.loads(
         cluster.kubectl("get", "pods", "-n", "kube-system", "-l", "app.kubernetes.io/name=enflame-gcu-driver", "-o", "json").stdout)["items"]}
     assert images == {"artifact.enflame.cn/galaxy_docker_hub/gcu/gcu-driver:2.0"}

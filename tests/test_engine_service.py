@@ -116,6 +116,7 @@ def test_3_put_upgrades_only_the_exporter_with_progress_and_history(gum):
     assert records[0]["request"] == {"file": "gr.json"} and "curl" in records[0]["who"]
     status, metrics = service.curl("/metrics")
     assert 'gcu_stack_service_operations_total{operation="Upgrade",result="Success"} 1.0' in metrics
+    assert "gcu_stack_service_driver_node_upgrade_seconds_count" not in metrics  # no rollout in this one
 
 
 def test_4_a_driver_upgrade_is_previewed_by_node_and_its_progress_is_visible_per_node(gum):
@@ -134,13 +135,22 @@ def test_4_a_driver_upgrade_is_previewed_by_node_and_its_progress_is_visible_per
             seen.setdefault(node, set()).add(state)
         if progress["phase"] != "running":
             break
-        time.sleep(0.5)
+        time.sleep(0.2)
     assert progress["phase"] == "succeeded", progress
     assert progress["outputs"]["driverUpgrade"]["upgraded"] == ["gcu-node-1", "gcu-node-2"]
-    # Seen while it ran: each node's state from the rollout's label, as the nodes went through it.
-    assert set(seen) == {"gcu-node-1", "gcu-node-2"} and all(states - {"done"} for states in seen.values()), seen
+    # Seen while it ran: the nodes' states from the rollout's label, one of them at least mid-upgrade. (Not every
+    # state of every node: a node's upgrade on a simulated node can fall between two polls; its record is below.)
+    assert seen and any(states - {"done"} for states in seen.values()), seen
     image = daemonsets(engine)["enflame-gcu-driver"]["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image.endswith("gcu-driver:2.0"), image
+    # Each node's record of this rollout: its states in order, how long, what was evicted (no GCU job ran here).
+    reports = progress["outputs"]["driverUpgrade"]["reports"]
+    for node in ("gcu-node-1", "gcu-node-2"):
+        states = [s["state"] for s in reports[node]["states"]]
+        assert reports[node]["result"] == "upgraded" and states[0] == "upgrade-required" and states[-1] == "done", reports[node]
+        assert "restarting-driver" in states and reports[node]["evicted"] == [] and reports[node]["seconds"] > 0
+    status, metrics = service.curl("/metrics")
+    assert 'gcu_stack_service_driver_node_upgrade_seconds_count{result="upgraded"} 2.0' in metrics, metrics
 
 
 def test_5_delete_in_the_background_answers_at_once_then_removes_everything(gum):

@@ -142,6 +142,7 @@ def test_openapi_and_metrics(served):
                  "/gum/v1/gr/{name}/history", "/gum/v1/operations/{operation_id}", "/metrics"):
         assert path in document["paths"], path
     assert document["paths"]["/gum/v1/gr/{name}"]["put"]["requestBody"]["content"]["application/json"]["schema"]["required"] == ["file"]
+    service.curl("/gum/v1/gr")
     done = subprocess.run(["curl", "-sS", "-H", f"Authorization: Bearer {TOKEN}", service.url + "/metrics"],
                           capture_output=True, text=True, timeout=30)
     assert 'gcu_stack_service_requests_total{operation="List",status="200"}' in done.stdout, done.stdout[:2000]

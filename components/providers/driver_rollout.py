@@ -106,7 +106,7 @@ class DriverUpgradeInputs:
 
 
 INPUTS = tuple(DriverUpgradeInputs.__dataclass_fields__)
-OUTPUTS = ("revision", "states", "skipped", "upgraded", "failed", "mostUnavailable", "message", "finishedAt")
+OUTPUTS = ("revision", "states", "skipped", "upgraded", "failed", "mostUnavailable", "message", "finishedAt", "reports")
 
 
 # ---------------------------------------------------------------------------- the plan (pure)
@@ -356,9 +356,19 @@ class NodeUpgrade:
     def __init__(self, cluster: Cluster, node: str, revision: str, log: Callable[[str], None]):
         self.cluster, self.node, self.revision, self.log = cluster, node, revision, log
         self.props = cluster.props
+        self.started = cluster.clock()
+        # What an operator asks afterwards: when each state began, which pods were moved, how long it took.
+        self.states: list[dict] = []
+        self.evicted: list[str] = []
 
     def state(self, state: str, reason: Optional[str] = None) -> None:
         self.cluster.patch_node(self.node, {"metadata": {"labels": {STATE_LABEL: state}, "annotations": {REASON_ANNOTATION: reason}}})
+        self.states.append({"state": state, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                            "second": round(self.cluster.clock() - self.started, 1)})
+
+    def report(self, result: str) -> dict:
+        return {"result": result, "seconds": round(self.cluster.clock() - self.started, 1), "states": self.states,
+                "evicted": self.evicted}
 
     def wait(self, step: str, timeout: float, done: Callable[[], bool], what: Callable[[], str]) -> None:
         deadline = self.cluster.clock() + timeout
@@ -441,6 +451,7 @@ class NodeUpgrade:
                 try:
                     self.cluster.api.create_namespaced_pod_eviction(meta["name"], meta["namespace"], body, _preload_content=False)
                     blocked.pop(key, None)  # evicted after all: what is left of it is terminating
+                    self.evicted.append(key)
                 except ApiException as error:
                     if error.status == 404:
                         continue
@@ -458,6 +469,7 @@ class NodeUpgrade:
                              "raise evictionTimeoutSeconds, relax the PodDisruptionBudget, or enable drain")
         self.log(f"{self.node}: eviction did not finish in {timeout:.0f} s; draining {', '.join(left)} (PodDisruptionBudgets overridden)")
         for pod in self._gcu_pods():
+            self.evicted.append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
             try:
                 self.cluster.api.delete_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"], _preload_content=False)
             except ApiException as error:
@@ -586,17 +598,23 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
     nodes = list(props.get("nodes") or [])
     the_plan = plan(cluster.facts(nodes), revision, int(props["maxParallel"]), props["maxUnavailable"])
     upgraded, failed, left = [], {}, []
+    reports: dict[str, dict] = {}
     for wave in the_plan.waves:
         def one(node: str) -> Optional[NodeFailed]:
+            upgrade = NodeUpgrade(cluster, node, revision, log)
             try:
-                NodeUpgrade(cluster, node, revision, log).run()
+                upgrade.run()
+                reports[node] = upgrade.report("upgraded")
                 return None
             except NodeFailed as error:
                 failure = error
             except Exception as error:  # noqa: BLE001 - recorded on the node like any other failure
                 failure = NodeFailed(node, "upgrade", str(error))
             # Whatever failed (a 404, a wait), a node that is gone has nothing left to upgrade.
-            return failure if isinstance(failure, NodeLeft) or cluster.node(node) is not None else NodeLeft(node, failure.step)
+            failure = failure if isinstance(failure, NodeLeft) or cluster.node(node) is not None else NodeLeft(node, failure.step)
+            reports[node] = {**upgrade.report("left" if isinstance(failure, NodeLeft) else "failed"),
+                             "reason": f"{failure.step}: {failure.message}"}
+            return failure
 
         with ThreadPoolExecutor(max_workers=max(1, len(wave))) as pool:
             for node, failure in zip(wave, pool.map(one, wave), strict=True):
@@ -627,6 +645,7 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
         "failed": failed,
         "mostUnavailable": the_plan.most_unavailable,
         "finishedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "reports": reports,
         "message": (
             f"driver upgraded on {len(upgraded)} node(s)" if the_plan.waves else "every GCU node runs the current driver"
         ) + (f"; skipped: {', '.join(sorted(skipped))}" if skipped else ""),
@@ -717,7 +736,8 @@ class DriverUpgradeProvider(ResourceProvider):
 
 class DriverUpgrade(Bundled, module="gcu", name="DriverUpgrade"):
     """Outputs (attributes): revision, states (per node), skipped, upgraded, failed, mostUnavailable, message,
-    finishedAt (when the last rollout ended, UTC)."""
+    finishedAt (when the last rollout ended, UTC), reports (per node the last rollout touched: result, seconds, each
+    state and when it began, the pods evicted)."""
 
     PROVIDER = DriverUpgradeProvider
     OUTPUTS = OUTPUTS

@@ -171,8 +171,11 @@ def declare(context: StepContext) -> StepResult:
         condition=condition,
         resource=resource,
         done=done,
-        outputs={"driverUpgrade": pulumi.Output.all(resource.states, resource.failed, resource.upgraded, resource.skipped).apply(
-            lambda values: {"nodes": values[0] or {}, "failed": values[1] or {}, "upgraded": values[2] or [], "skipped": values[3] or {}}
+        outputs={"driverUpgrade": pulumi.Output.all(
+            resource.states, resource.failed, resource.upgraded, resource.skipped, resource.reports
+        ).apply(
+            lambda values: {"nodes": values[0] or {}, "failed": values[1] or {}, "upgraded": values[2] or [], "skipped": values[3] or {},
+                            "reports": values[4] or {}}
         )},
     )
 
