@@ -49,6 +49,8 @@ class StackStore:
         self.command = auto.PulumiCommand(root=root, skip_version_check=True)
         # The CLI itself, for what runs pulumi without the Automation API (stackops' state export).
         self.pulumi_path = shutil.which("pulumi", path=self.env.get("PATH") or os.environ.get("PATH")) or "pulumi"
+        # Each stack's recorded cluster (kubeconfig, context, UID), read from its state once: progress is polled.
+        self.clusters: dict[str, dict] = {}
 
     # ------------------------------------------------------------------ reading
 
@@ -143,23 +145,20 @@ class StackStore:
         ]
         if not workloads:
             raise GumError(404, f"GcuResource {name} deploys no {kind} workload (spec.{component.key} not deployed)")
-        client = self.dynamic_client(deployment)
+        from kubernetes.dynamic import DynamicClient
+
+        client = DynamicClient(self.core_api(self.cluster_of(name, deployment)).api_client)
         items = [self._read(client, r["outputs"]) for r in workloads]
         if len(items) == 1:
             return items[0]
         return {"apiVersion": "v1", "kind": "List", "items": items}
-
-    def dynamic_client(self, deployment: dict) -> Any:
-        from kubernetes.dynamic import DynamicClient
-
-        return DynamicClient(self.core_api(deployment).api_client)
 
     def driver_states(self, name: str) -> dict:
         """Each node's driver-upgrade state now (the rollout's label on it), or why it cannot be read."""
         from components.providers.driver_rollout import STATE_LABEL
 
         try:
-            api = self.core_api(self.state(self.stack(name)))
+            api = self.core_api(self.clusters.get(name) or self.cluster_of(name, self.state(self.stack(name))))
             nodes = api.list_node(label_selector=STATE_LABEL).items
         except GumError as error:
             return {"error": error.message}
@@ -167,18 +166,24 @@ class StackStore:
             return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
         return {n.metadata.name: n.metadata.labels[STATE_LABEL] for n in nodes}
 
-    def core_api(self, deployment: dict) -> Any:
-        """A client for the cluster the stack recorded, refusing any other (the stack's own guard's check)."""
-        from components.providers.cluster import ClusterMismatch, checked_api
+    def cluster_of(self, name: str, deployment: dict) -> dict:
+        """The cluster stack `name` recorded (its guard's outputs in `deployment`), remembered for later reads."""
         from stackops.clusters import recorded
 
         found = recorded({"deployment": deployment}) or {}
         if not isinstance(found.get("kubeconfig"), (str, type(None))):
             raise GumError(501, "this stack's kubeconfig is given inline (a secret in its state): the service reads "
                                 "live objects only for a stack whose gcu-stack:kubeconfig is a file")
+        self.clusters[name] = {"kubeconfig": found.get("kubeconfig"), "context": found.get("context"),
+                               "clusterUid": found.get("uid")}
+        return self.clusters[name]
+
+    def core_api(self, cluster: dict) -> Any:
+        """A client for a recorded cluster (`cluster_of`), refusing any other (the stack's own guard's check)."""
+        from components.providers.cluster import ClusterMismatch, checked_api
+
         try:
-            api = checked_api({"kubeconfig": found.get("kubeconfig"), "context": found.get("context"),
-                               "clusterUid": found.get("uid")}, pool_size=2)
+            api = checked_api(cluster, pool_size=2)
         except ClusterMismatch as error:
             raise GumError(409, str(error)) from None
         except Exception as error:  # noqa: BLE001 - a cluster that does not answer is the cluster's problem, said so
@@ -257,6 +262,7 @@ class StackStore:
         stack.set_all_config({k: auto.ConfigValue(str(v)) for k, v in values.items() if k in BLUEPRINT_KEYS})
 
     def up(self, name: str, on_event: Callable, message: str) -> auto.UpResult:
+        self.clusters.pop(name, None)  # an up may record another cluster (adoption): read it again after
         stack = self.stack(name)
         return stack.up(on_event=on_event, message=message, **self.policy_args(name))
 

@@ -12,8 +12,10 @@ import shutil
 import time
 
 import pytest
+from driver_fixtures import all_ready, apply, gcu_job
 from engine import GCU_NODE_LABELS, GCUS, engine_stack, set_json_config
 from harness import seed_spec
+from realnode_fixtures import wait_until
 from service_fixtures import running_service
 
 NAME = "enflame-gcu-resource"  # the seed's GcuResource, as gum's examples call it
@@ -126,29 +128,40 @@ def test_4_a_driver_upgrade_is_previewed_by_node_and_its_progress_is_visible_per
                         "Preview")["content"]
     plan = "\n".join(m["message"] for m in preview["messages"])
     assert "gcu-driver:2.0, 2 of 2 GCU node(s), in 2 wave(s)" in plan and "wave 1: gcu-node-1" in plan, plan
+    # A GCU job whose PodDisruptionBudget holds its eviction: its node stays `evicting` until the budget goes, so
+    # the progress is seen there however fast simulated nodes upgrade otherwise.
+    job, budget = gcu_job("training", 1)
+    budget["spec"]["minAvailable"] = 1
+    apply(engine.cluster, [job, budget])
+    wait_until(lambda: all_ready(engine.cluster, "app=training", 1), 60, what="the training job")
+    (pod,) = json.loads(engine.cluster.kubectl("get", "pods", "-l", "app=training", "-o", "json").stdout)["items"]
+    job_node = pod["spec"]["nodeName"]
     started = succeeded(service.curl(f"/gum/v1/gr/{NAME}", method="PUT", data='{"file": "driver-2.0.json"}'), "Upgrade")
     seen: dict[str, set] = {}
+    held = None
     while True:
         status, body = service.curl(f"/gum/v1/operations/{started['operationId']}")
         progress = body["content"]
         for node, state in (progress.get("driverNodes") or {}).items():
             seen.setdefault(node, set()).add(state)
+            if node == job_node and state == "evicting" and held is None:
+                held = node
+                engine.cluster.kubectl("delete", "pdb", "training")  # seen: let the eviction through
         if progress["phase"] != "running":
             break
-        time.sleep(0.2)
+        time.sleep(0.5)
     assert progress["phase"] == "succeeded", progress
+    assert held is not None, seen  # the held node's state was visible while the operation ran
     assert progress["outputs"]["driverUpgrade"]["upgraded"] == ["gcu-node-1", "gcu-node-2"]
-    # Seen while it ran: the nodes' states from the rollout's label, one of them at least mid-upgrade. (Not every
-    # state of every node: a node's upgrade on a simulated node can fall between two polls; its record is below.)
-    assert seen and any(states - {"done"} for states in seen.values()), seen
     image = daemonsets(engine)["enflame-gcu-driver"]["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image.endswith("gcu-driver:2.0"), image
-    # Each node's record of this rollout: its states in order, how long, what was evicted (no GCU job ran here).
+    # Each node's record of this rollout: its states in order, how long, and the job evicted from the held node.
     reports = progress["outputs"]["driverUpgrade"]["reports"]
     for node in ("gcu-node-1", "gcu-node-2"):
         states = [s["state"] for s in reports[node]["states"]]
         assert reports[node]["result"] == "upgraded" and states[0] == "upgrade-required" and states[-1] == "done", reports[node]
-        assert "restarting-driver" in states and reports[node]["evicted"] == [] and reports[node]["seconds"] > 0
+        assert "restarting-driver" in states and reports[node]["seconds"] > 0
+    assert reports[job_node]["evicted"] == [f"default/{pod['metadata']['name']}"], reports[job_node]
     status, metrics = service.curl("/metrics")
     assert 'gcu_stack_service_driver_node_upgrade_seconds_count{result="upgraded"} 2.0' in metrics, metrics
 
