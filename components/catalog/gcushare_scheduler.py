@@ -33,7 +33,8 @@ def extender_url(node_port: int) -> str:
 def scheduler_configuration(node_port: int) -> str:
     """A KubeSchedulerConfiguration with the extender, for `kube-scheduler --config`."""
     document = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
+        # v1 (GA since Kubernetes 1.25): the betas are gone from every kube-scheduler still supported.
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": "/etc/kubernetes/scheduler.conf"},
         "extenders": [
