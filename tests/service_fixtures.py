@@ -15,13 +15,9 @@ from typing import Any, Iterator, Optional
 
 from realservers import PROJECT_DIR
 
+from devtools import free_port, kill_pid
+
 TOKEN = "e2e-token-0123456789abcdef"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass
@@ -105,9 +101,4 @@ def running_service(root: Path, project_dir: Path, env: dict, *extra: str) -> It
                 time.sleep(0.2)
         yield service
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        kill_pid(process.pid, proc=process, timeout=20)

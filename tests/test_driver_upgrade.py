@@ -51,7 +51,7 @@ def props(cluster, **overrides) -> dict:
         "evictionTimeoutSeconds": 30,
         "drain": {"enabled": False, "timeoutSeconds": 30},
         "driverReadyTimeoutSeconds": 30,
-        "operandReadyTimeoutSeconds": 60,
+        "operandReadyTimeoutSeconds": 120,  # simulated pods turn Ready late on a loaded CI machine
         "validation": None,
         "kubeconfig": cluster.kubeconfig,
         "context": None,
@@ -85,6 +85,19 @@ def test_the_plan_in_waves_with_skips_and_the_worst_case(cluster):
     lines = du.describe(pretend, "gcu-driver:2.0", ["gcu-driver:1.0"], 2, "50%")
     assert lines[0].startswith("driver upgrade planned: gcu-driver:1.0 → gcu-driver:2.0, 4 of 4 GCU node(s)")
     assert any("training-" in line for line in lines)  # the GCU pods each wave evicts are named
+
+
+def test_a_node_without_a_driver_pod_is_skipped_unless_a_rollout_is_still_at_it():
+    # The CI failure this pins: a node that failed at `restart driver` (its old pod deleted) was skipped by the next run
+    # when its new pod had not been created yet, and never upgraded.
+    facts = [
+        du.NodeFacts("opted-out"),
+        du.NodeFacts("failed-here", labels={du.STATE_LABEL: du.FAILED}),
+        du.NodeFacts("upgraded-before", labels={du.STATE_LABEL: du.DONE}),
+    ]
+    planned = du.plan(facts, "rev-2", 1, "100%")
+    assert planned.nodes == ["failed-here"]
+    assert sorted(planned.skipped) == ["opted-out", "upgraded-before"]
 
 
 def test_rollout_moves_only_gcu_pods_one_node_at_a_time_and_restores_every_node(cluster):

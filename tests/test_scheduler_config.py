@@ -6,7 +6,6 @@ earlier releases (v1beta1) is refused by the same binary, as an operator's kube-
 from __future__ import annotations
 
 import json
-import socket
 import ssl
 import subprocess
 import time
@@ -17,13 +16,8 @@ import yaml
 
 from components.catalog.gcushare_scheduler import BIND_VERB, FILTER_VERB, extender_url, scheduler_configuration
 from components.names import GCUSHARE_RESOURCE
+from devtools import free_port, kill_pid
 from devtools.localcluster import LocalCluster
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def configz(port: int) -> dict:
@@ -48,12 +42,7 @@ def start_scheduler(cluster: LocalCluster, document: dict, where: Path) -> tuple
 
 
 def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    kill_pid(process.pid, proc=process, timeout=15)
 
 
 def test_kube_scheduler_reads_the_exported_configuration_and_reports_the_extender(tmp_path):

@@ -160,7 +160,9 @@ def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailab
     for node in nodes:
         if node.labels.get(SKIP_LABEL) == "true":
             skipped[node.name] = f"label {SKIP_LABEL}=true"
-        elif node.driver_revision is None:
+        elif node.driver_revision is None and node.labels.get(STATE_LABEL) in (None, DONE):
+            # A node a rollout is still at (e.g. failed with its old pod deleted) is finished, not skipped: its new
+            # pod may simply not be there yet.
             skipped[node.name] = "no driver pod on the node (its nodeSelector or an opt-out label keeps it off)"
         elif node.driver_revision == revision and node.labels.get(STATE_LABEL) != FAILED:
             current.append(node.name)
