@@ -90,5 +90,17 @@ def main(argv: list[str]) -> int:
     return 2
 
 
+def run(argv: list[str]) -> int:
+    """main, with a missing Pulumi CLI said as such (not a traceback): these commands read the stack through it."""
+    try:
+        return main(argv)
+    except FileNotFoundError as error:
+        if os.path.basename(str(error.filename or "")) != "pulumi":
+            raise
+        print("error: no `pulumi` CLI on PATH; run this through scripts/gcu-stack, or first "
+              "`eval \"$(scripts/toolchain/pulumi.sh env)\"`", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run(sys.argv[1:]))

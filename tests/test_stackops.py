@@ -223,3 +223,10 @@ def test_run_passes_sigterm_on_and_removes_its_record(tmp_path):
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=20) == 128 + signal.SIGTERM
     assert list(holders.holders_dir(tmp_path).glob("*.json")) == []
+
+
+def test_without_the_pulumi_cli_on_path_the_commands_say_so(tmp_path):
+    env = {**os.environ, "PATH": str(tmp_path)}  # no pulumi there
+    done = subprocess.run([sys.executable, "-m", "stackops", "cluster-check", "--stack", "dev", "--project-dir", str(PROJECT_DIR)],
+                          cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "no `pulumi` CLI on PATH" in done.stderr and "Traceback" not in done.stderr, done
