@@ -20,9 +20,9 @@ from service import blueprints
 from service.config import ServiceConfig
 from service.gum import GumError, envelope, failure, operation_of
 from service.metrics import Metrics
-from service.operations import Operation, Operations
+from service.operations import Operation, Operations, command_error
 from service.oplog import OpLog
-from service.stacks import NAME, StackStore, checked_name
+from service.stacks import NAME, StackStore
 
 POLICIES = ("background", "foreground")
 # A GcuResource's name in a path, documented in the OpenAPI document (checked by FastAPI, refused as gum would).
@@ -193,15 +193,15 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
 
     @api.get("/gum/v1/gr/{name}", openapi_extra=BEARER)
     def get_resource(name: GrName) -> dict:
-        return envelope("Get", store.gcu_resource(checked_name(name)))
+        return envelope("Get", store.gcu_resource(name))
 
     @api.get("/gum/v1/gr/{name}/resource/{kind}", openapi_extra=BEARER)
     def get_component(name: GrName, kind: str) -> dict:
-        return envelope("Get", store.live_object(checked_name(name), kind))
+        return envelope("Get", store.live_object(name, kind))
 
     @api.get("/gum/v1/gr/{name}/history", openapi_extra=BEARER)
     def history(name: GrName) -> dict:
-        return envelope("History", {"name": name, "updates": store.history(checked_name(name))})
+        return envelope("History", {"name": name, "updates": store.history(name)})
 
     async def checked_blueprint(name: str, request: Request) -> tuple[str, dict]:
         body = await json_body(request, ("file",))
@@ -216,21 +216,17 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
 
     @api.post("/gum/v1/gr/{name}/preview", openapi_extra={**FILE_BODY, **BEARER})
     async def preview(name: GrName, request: Request) -> dict:
-        checked_name(name)
         file, values = await checked_blueprint(name, request)
         events: list[auto.EngineEvent] = []
         try:
             result = await run_in_threadpool(store.preview, name, values, events.append)
         except auto.CommandError as error:
-            from service.operations import _command_error
-
-            raise GumError(422, f"the preview of {file} failed: {_command_error(error)}") from None
+            raise GumError(422, f"the preview of {file} failed: {command_error(error)}") from None
         oplog.write("preview", name=name, file=file, who=who(request), changes=result.change_summary)
         return envelope("Preview", {"file": file, **preview_content(result, events)})
 
     @api.put("/gum/v1/gr/{name}", openapi_extra={**FILE_BODY, **BEARER})
     async def upgrade(name: GrName, request: Request) -> dict:
-        checked_name(name)
         file, values = await checked_blueprint(name, request)
         caller = who(request)
 
@@ -247,7 +243,6 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
 
     @api.delete("/gum/v1/gr/{name}", openapi_extra={**DELETE_BODY, **BEARER})
     async def delete(name: GrName, request: Request) -> JSONResponse:
-        checked_name(name)
         body = await json_body(request, ("policy",))
         policy = body.get("policy", "background")
         if policy not in POLICIES:

@@ -180,7 +180,7 @@ class Operations:
         except GumError as error:
             op.phase, op.error = "failed", error.message
         except auto.CommandError as error:
-            op.phase, op.error = "failed", _command_error(error)
+            op.phase, op.error = "failed", command_error(error)
         except Exception as error:  # noqa: BLE001 - an operation reports every failure, never dies silently
             op.phase, op.error = "failed", f"{type(error).__name__}: {error}"
         finally:
@@ -199,7 +199,7 @@ class Operations:
         return op
 
 
-def _command_error(error: auto.CommandError) -> str:
+def command_error(error: auto.CommandError) -> str:
     """The useful part of a failed pulumi command: its error lines, not the whole transcript."""
     text = str(error)
     lines = [line.strip() for line in text.splitlines() if line.strip()]

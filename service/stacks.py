@@ -61,21 +61,26 @@ class StackStore:
     def summaries(self) -> dict[str, auto.StackSummary]:
         return {s.name: s for s in self.workspace().list_stacks()}
 
-    def stack(self, name: str) -> auto.Stack:
-        """The stack of GcuResource `name`; 404 when the service has none."""
+    def summary(self, name: str) -> auto.StackSummary:
+        """Stack `name`'s summary (one listing of the backend); 404 when the service has no such stack."""
         checked_name(name)
-        if name not in self.summaries():
+        found = self.summaries().get(name)
+        if found is None:
             raise not_found(name, f"no stack {name} in this service's backend (create it with `GCU_STACK={name} "
                                   "scripts/gcu-stack up`, or PUT to a stack that exists)")
+        return found
+
+    def stack(self, name: str) -> auto.Stack:
+        """The stack of GcuResource `name`; 404 when the service has none."""
+        self.summary(name)
         return auto.Stack.select(name, self.workspace(name))
 
-    def deployed(self, name: str) -> auto.Stack:
-        """The stack of a GcuResource that exists: it has resources."""
-        stack = self.stack(name)
-        summary = self.summaries().get(name)
-        if summary is None or not summary.resource_count:
+    def deployed(self, name: str) -> tuple[auto.Stack, auto.StackSummary]:
+        """The stack of a GcuResource that exists (it has resources), and its summary."""
+        summary = self.summary(name)
+        if not summary.resource_count:
             raise not_found(name, f"stack {name} holds nothing (deleted, or never deployed: PUT a blueprint to install it)")
-        return stack
+        return auto.Stack.select(name, self.workspace(name)), summary
 
     def config(self, stack: auto.Stack) -> tuple[dict[str, str], frozenset[str]]:
         """The stack's `gcu-stack:*` config (secrets decrypted, in memory only) and which keys are secret."""
@@ -102,7 +107,7 @@ class StackStore:
         from components.errors import BlueprintError
         from components.settings import load_settings
 
-        stack = self.deployed(name)
+        stack, summary = self.deployed(name)
         values, secret_keys = self.config(stack)
         try:
             settings = load_settings(values, self.project_dir, secret_keys)
@@ -113,7 +118,6 @@ class StackStore:
             raise not_found(name, f"stack {name} deploys the GcuResource {settings.resource.metadata.name!r}; the service "
                                   "manages a GcuResource through the stack of the same name")
         outputs = {k: v.value for k, v in stack.outputs().items()}
-        summary = self.summaries()[name]
         document = settings.resource.model_dump(mode="json", by_alias=True, exclude_none=True)
         metadata = {**document.get("metadata", {}), "name": name}
         metadata["annotations"] = {
@@ -136,7 +140,7 @@ class StackStore:
         if component is None:
             known = sorted({c.key for c in COMPONENTS} | {a for c in COMPONENTS for a in c.spec_aliases})
             raise GumError(400, f"unknown resource kind {kind!r}; one of: {', '.join(known)}")
-        stack = self.deployed(name)
+        stack, _ = self.deployed(name)
         deployment = self.state(stack)
         token = f"gcu:components:{component.type_name}"
         workloads = [

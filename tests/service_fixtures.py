@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from pulumi import automation as auto
 from realservers import PROJECT_DIR
 
 from devtools import free_port, kill_pid
@@ -69,6 +70,21 @@ class Service:
                 return body["content"]
             assert time.monotonic() < deadline, f"operation {operation_id} still running: {body}\n{self.tail()}"
             time.sleep(1)
+
+
+def new_stack(root: Path, name: str = "enflame-gcu-resource") -> tuple[auto.Stack, dict]:
+    """A stack `name` of a fresh project copy in root/project, on the seed blueprint, in a file backend under `root`
+    (no cluster: it is never deployed); the stack and the environment its Pulumi CLI needs."""
+    from engine import copy_project, pulumi_env
+
+    copy_project(root / "project")
+    (root / "home").mkdir()
+    (root / "backend").mkdir()
+    env = pulumi_env(root / "home", root / "backend")
+    workspace = auto.LocalWorkspace(work_dir=str(root / "project"), pulumi_home=str(root / "home"), env_vars=env)
+    stack = auto.Stack.create(name, workspace)
+    stack.set_config("gcu-stack:blueprint", auto.ConfigValue("blueprints/gcu-resource.json"))
+    return stack, env
 
 
 @contextmanager

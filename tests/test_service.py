@@ -11,10 +11,9 @@ import subprocess
 import sys
 
 import pytest
-from engine import copy_project, pulumi_env
 from pulumi import automation as auto
 from realservers import PROJECT_DIR
-from service_fixtures import TOKEN, running_service
+from service_fixtures import TOKEN, new_stack, running_service
 
 from stackops.locks import project_name, run_lock_path
 
@@ -24,13 +23,7 @@ NAME = "enflame-gcu-resource"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("service")
-    copy_project(root / "project")
-    (root / "home").mkdir()
-    (root / "backend").mkdir()
-    env = pulumi_env(root / "home", root / "backend")
-    workspace = auto.LocalWorkspace(work_dir=str(root / "project"), pulumi_home=str(root / "home"), env_vars=env)
-    stack = auto.Stack.create(NAME, workspace)
-    stack.set_config("gcu-stack:blueprint", auto.ConfigValue("blueprints/gcu-resource.json"))
+    stack, env = new_stack(root, NAME)
     with running_service(root / "svc", root / "project", {**os.environ, **env}) as service:
         yield service, stack, root
 

@@ -11,21 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine import copy_project, pulumi_env
-from pulumi import automation as auto
-from service_fixtures import TOKEN, running_service
+from service_fixtures import TOKEN, new_stack, running_service
 
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 
 
 def test_no_request_gets_a_server_error(tmp_path):
-    copy_project(tmp_path / "project")
-    (tmp_path / "home").mkdir()
-    (tmp_path / "backend").mkdir()
-    env = pulumi_env(tmp_path / "home", tmp_path / "backend")
-    workspace = auto.LocalWorkspace(work_dir=str(tmp_path / "project"), pulumi_home=str(tmp_path / "home"), env_vars=env)
-    stack = auto.Stack.create("enflame-gcu-resource", workspace)
-    stack.set_config("gcu-stack:blueprint", auto.ConfigValue("blueprints/gcu-resource.json"))
+    stack, env = new_stack(tmp_path)
     with running_service(tmp_path / "svc", tmp_path / "project", {**os.environ, **env}) as service:
         done = subprocess.run(
             [str(SCHEMATHESIS), "run", f"{service.url}/openapi.json", "-H", f"Authorization: Bearer {TOKEN}",
