@@ -10,7 +10,6 @@ CLIs' exit codes; :mod:`devtools.daemon` is what the private dockerd and contain
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import json
 import os
@@ -36,15 +35,10 @@ class ComponentFailed(RuntimeError):
 
 # --------------------------------------------------------------------------- processes
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except Exception:  # pragma: no cover - best effort
-        pass
+# util-linux's setpriv sets PR_SET_PDEATHSIG and execs the server. A Python preexec_fn did that before, but it ran
+# Python (and dlopen) in the child of a multithreaded process; the child then sometimes died of SIGSEGV before exec
+# (a relaunched kube-apiserver "exited -11" with no line in its log, CI of stop 33).
+_DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "KILL", "--")
 
 
 # Log files of the servers this process started, oldest first: a failing test shows their tails (tests/conftest.py).
@@ -70,10 +64,9 @@ def spawn(argv: Sequence[str], log_path: Path, *, detach: bool, env: Optional[di
     log.write(f"\n==== {time.strftime('%H:%M:%S')} exec: {' '.join(map(str, argv))}\n".encode())
     try:
         return subprocess.Popen(
-            [str(a) for a in argv],
+            [*(_DIE_WITH_PARENT if pdeath else ()), *(str(a) for a in argv)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             env=env, cwd=cwd, start_new_session=True, close_fds=True,
-            preexec_fn=_die_with_parent if pdeath else None,
         )
     finally:
         log.close()
@@ -137,6 +130,8 @@ def pid_cmdline(pid: int) -> list[str]:
 def pid_matches(pid: int, exe: str) -> bool:
     """True if pid is alive and runs exe (guards against recycled pids)."""
     cmd = pid_cmdline(pid)
+    if tuple(cmd[:len(_DIE_WITH_PARENT)]) == _DIE_WITH_PARENT:   # spawned, not yet exec'd by setpriv
+        cmd = cmd[len(_DIE_WITH_PARENT):]
     return bool(cmd) and pid_alive(pid) and (cmd[0] == exe or os.path.basename(cmd[0]) == os.path.basename(exe))
 
 

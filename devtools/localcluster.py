@@ -520,9 +520,20 @@ class LocalCluster(StartStop):
         elif c.pid is not None and c.alive():
             os.kill(c.pid, signal.SIGKILL)
         time.sleep(down_seconds)
+        deadline = time.monotonic() + timeout
         self._launch("kube-apiserver", c.exe, c.argv[1:])
         self._write_state()
-        self._wait("kube-apiserver", self._apiserver_ready, time.monotonic() + timeout)
+        try:
+            self._wait("kube-apiserver", self._apiserver_ready, deadline)
+        except ComponentFailed:
+            # Killed by a signal before serving (seen once as SIGSEGV with no line logged): a second launch says
+            # whether the server itself fails; an exit of its own is reported as it is.
+            code = self.components["kube-apiserver"].exit_code()
+            if code is None or code >= 0:
+                raise
+            self._launch("kube-apiserver", c.exe, c.argv[1:])
+            self._write_state()
+            self._wait("kube-apiserver", self._apiserver_ready, deadline)
 
     def _launch(self, name: str, exe: str, args: Sequence[Any], env: Optional[dict] = None) -> None:
         argv = [exe] + [str(a) for a in args]

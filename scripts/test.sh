@@ -20,7 +20,8 @@ rc=0
 workers="${GCU_TEST_WORKERS:-4}"
 parallel=()
 [ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile)
-.venv/bin/python -m pytest tests ${parallel[@]+"${parallel[@]}"} "$@" || rc=$?
+# The slowest tests are listed, so a test that grows or hangs shows in every run's log.
+.venv/bin/python -m pytest tests ${parallel[@]+"${parallel[@]}"} --durations=15 "$@" || rc=$?
 secs="$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')"
 if [ -n "${GCU_TIMINGS_FILE:-}" ]; then printf 'test.sh/pytest\t%s\texit %s\n' "$secs" "$rc" >> "$GCU_TIMINGS_FILE"; fi
 echo "==> tests took ${secs}s" >&2

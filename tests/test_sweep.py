@@ -4,6 +4,8 @@ Never skipped."""
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -98,3 +100,36 @@ def _in_subtree(pid: int, roots: set) -> bool:
         except (OSError, ValueError):
             return False
     return False
+
+
+def test_a_server_spawned_by_a_killed_busy_process_dies_with_it(tmp_path):
+    """spawn() from the main thread of a process with other threads at work (as a test running `pulumi up` in a thread
+    is): the server starts, runs its own program, and gets SIGKILL when that process is killed."""
+    marker = f"600.{os.getpid()}{time.monotonic_ns() % 10**6}"   # sleep's argument, unique to this test
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, threading, time\n"
+        "from pathlib import Path\n"
+        "from devtools import spawn\n"
+        "for _ in range(4):\n"
+        "    threading.Thread(target=lambda: [bytearray(4096) for _ in iter(int, 1)], daemon=True).start()\n"
+        f"procs = [spawn(['sleep', '{marker}'], Path(sys.argv[1]) / f'{{i}}.log', detach=False) for i in range(20)]\n"
+        "print(' '.join(str(p.pid) for p in procs), flush=True)\n"
+        "time.sleep(600)\n")
+    repo = Path(__file__).resolve().parents[1]
+    parent = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(repo)})
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 20
+        deadline = time.monotonic() + 10
+        while any(pid_cmdline(p)[:1] != ["sleep"] for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(pid_cmdline(p)[:1] == ["sleep"] for p in pids), "a spawned server did not exec its program"
+    finally:
+        _kill_outright([parent.pid])
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while _processes_naming(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_naming(marker) == []
