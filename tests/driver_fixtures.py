@@ -25,6 +25,31 @@ def uids(cluster, selector: str) -> set:
     return {p["metadata"]["uid"] for p in pods(cluster, selector)}
 
 
+def wave_order(cluster, nodes: list[str], jobs: str = "app=training") -> list[str]:
+    """The order the rollout takes `nodes` in when none is resumed: those without GCU jobs first, by name in each."""
+    busy = {p["spec"].get("nodeName") for p in pods(cluster, jobs) if not p["metadata"].get("deletionTimestamp")}
+    return sorted(nodes, key=lambda n: (n in busy, n))
+
+
+def pending_tainted(cluster) -> set:
+    """The nodes carrying the rollout's PreferNoSchedule taint."""
+    items = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    return {n["metadata"]["name"] for n in items
+            if any(t.get("key") == du.PENDING_TAINT["key"] for t in n["spec"].get("taints") or [])}
+
+
+def moved_once(reports: dict, jobs_before: list[str]) -> list[str]:
+    """The GCU pods a rollout evicted, checked to be pods that ran before it, each once: no job evicted a second
+    time from a node it was moved to."""
+    evicted = [pod for report in reports.values() for pod in report["evicted"]]
+    assert len(evicted) == len(set(evicted)) and set(evicted) <= {f"default/{j}" for j in jobs_before}, (evicted, jobs_before)
+    return evicted
+
+
+def names(cluster, selector: str) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in pods(cluster, selector) if not p["metadata"].get("deletionTimestamp"))
+
+
 def gcu_job(name: str, replicas: int) -> list[dict]:
     labels = {"app": name}
     return [

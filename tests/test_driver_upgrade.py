@@ -8,7 +8,21 @@ PodDisruptionBudget and ordinary pods. A new driver image then rolls out node by
 from __future__ import annotations
 
 import pytest
-from driver_fixtures import CordonWatch, all_ready, apply, gcu_job, make_not_ready, make_ready, ordinary, pods, uids
+from driver_fixtures import (
+    CordonWatch,
+    all_ready,
+    apply,
+    gcu_job,
+    make_not_ready,
+    make_ready,
+    moved_once,
+    names,
+    ordinary,
+    pending_tainted,
+    pods,
+    uids,
+    wave_order,
+)
 from engine import node
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -80,11 +94,40 @@ def test_the_plan_in_waves_with_skips_and_the_worst_case(cluster):
     # Nothing to do while every driver pod runs the current revision.
     assert du.plan(facts, revision, 1, "50%").waves == []
     pretend = du.plan(facts, "a-new-revision", 2, "50%")
-    assert pretend.nodes == GCU_NODES and all(len(w) <= 2 for w in pretend.waves)
+    # Nodes without GCU jobs first: the jobs evicted later have upgraded nodes to go to.
+    assert pretend.nodes == wave_order(cluster, GCU_NODES) and all(len(w) <= 2 for w in pretend.waves)
     assert pretend.most_unavailable <= 2
     lines = du.describe(pretend, "gcu-driver:2.0", ["gcu-driver:1.0"], 2, "50%")
     assert lines[0].startswith("driver upgrade planned: gcu-driver:1.0 → gcu-driver:2.0, 4 of 4 GCU node(s)")
     assert any("training-" in line for line in lines)  # the GCU pods each wave evicts are named
+    assert any(du.PENDING_TAINT["key"] + ":PreferNoSchedule" in line for line in lines)
+
+
+def test_a_validation_pod_of_gcu_stack_is_no_job_to_move(cluster):
+    # Under load the stack's validation pods (one GCU each, on every GCU node) can still run when a rollout plans:
+    # counted as jobs, they reordered the waves and would have been evicted.
+    check = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gcu-validate-probe", "namespace": "kube-system",
+             "labels": {"app.kubernetes.io/name": "gcu-validation", "app.kubernetes.io/part-of": "gcu-stack"}},
+             "spec": {"nodeName": "gcu-node-1", "restartPolicy": "Never", "tolerations": [{"operator": "Exists"}],
+                      "containers": [{"name": "check", "image": "check:1", "resources": {"limits": {"enflame.com/gcu": "1"}}}]}}
+    apply(cluster, [check])
+    try:
+        wait_until(lambda: all_ready(cluster, "app.kubernetes.io/name=gcu-validation", 1, "kube-system"), 60, what="the check pod")
+        api = du.Cluster(props(cluster))
+        assert not any(p["metadata"]["name"] == "gcu-validate-probe" for p in api.gcu_pods("gcu-node-1"))
+    finally:
+        cluster.kubectl("delete", "pod", "gcu-validate-probe", "-n", "kube-system", "--wait=true")
+
+
+def test_waves_resume_first_then_nodes_without_gcu_jobs_each_by_name():
+    facts = [
+        du.NodeFacts("a", driver_revision="rev-1", gcu_pods=["default/job-1"]),
+        du.NodeFacts("b", driver_revision="rev-1"),
+        du.NodeFacts("c", driver_revision="rev-1", unschedulable=True, annotations={du.CORDONED_ANNOTATION: "true"},
+                     gcu_pods=["default/job-2"]),
+        du.NodeFacts("d", driver_revision="rev-1"),
+    ]
+    assert du.plan(facts, "rev-2", 1, "100%").nodes == ["c", "b", "d", "a"]
 
 
 def test_a_node_without_a_driver_pod_is_skipped_unless_a_rollout_is_still_at_it():
@@ -104,11 +147,23 @@ def test_rollout_moves_only_gcu_pods_one_node_at_a_time_and_restores_every_node(
     ordinary_before = uids(cluster, "app=web")
     cluster.kubectl("cordon", "gcu-node-3")  # an operator's cordon: it stays after the upgrade
     cluster.kubectl("label", "node", "gcu-node-4", f"{du.SKIP_LABEL}=true")
+    order = wave_order(cluster, GCU_NODES[:3])
+    jobs_before = names(cluster, "app=training")
     apply(cluster, [manifest("driver", version="2.0")])
+    tainted_after: list = []   # after each node: the nodes that still repel GCU jobs
+
+    def after_each_node(message: str) -> None:
+        if message.endswith(": driver upgraded"):
+            tainted_after.append(pending_tainted(cluster))
+
     with CordonWatch(cluster) as watch:
-        outputs = du.rollout(props(cluster))
+        outputs = du.rollout(props(cluster), log=after_each_node)
     assert watch.most == 1  # maxParallel 1: never two nodes cordoned by gcu-stack at once
-    assert outputs["upgraded"] == ["gcu-node-1", "gcu-node-2", "gcu-node-3"]
+    assert outputs["upgraded"] == order
+    # Until its turn each node repels new GCU pods softly; the skipped node never does; none does afterwards.
+    assert tainted_after == [set(order[i + 1:]) for i in range(len(order))]
+    assert pending_tainted(cluster) == set()
+    moved_once(outputs["reports"], jobs_before)   # an evicted job went to an upgraded node, not to one evicted later
     assert outputs["skipped"] == {"gcu-node-4": f"label {du.SKIP_LABEL}=true"}
     assert outputs["failed"] == {}
     revision = outputs["revision"]
@@ -130,24 +185,26 @@ def test_rollout_moves_only_gcu_pods_one_node_at_a_time_and_restores_every_node(
 
 
 def test_a_node_whose_new_driver_never_gets_ready_halts_the_rollout_and_the_next_run_resumes(cluster):
-    # The new driver pod cannot land on gcu-node-2 (a taint it does not tolerate): its upgrade fails.
-    cluster.kubectl("taint", "node", "gcu-node-2", "gcu-test/broken=true:NoSchedule")
+    # The new driver pod cannot land on the second node of the plan (a taint it does not tolerate): its upgrade fails.
+    first, second, *later = wave_order(cluster, GCU_NODES)
+    cluster.kubectl("taint", "node", second, "gcu-test/broken=true:NoSchedule")
     apply(cluster, [manifest("driver", version="3.0")])
     with pytest.raises(RuntimeError) as caught:
         du.rollout(props(cluster, driverReadyTimeoutSeconds=10))
     message = str(caught.value)
-    assert "gcu-node-2 failed at restart driver" in message and "not started: gcu-node-3, gcu-node-4" in message
-    broken = node(cluster, "gcu-node-2")
+    assert f"{second} failed at restart driver" in message and f"not started: {', '.join(later)}" in message
+    broken = node(cluster, second)
     assert broken["spec"]["unschedulable"] is True and broken["metadata"]["labels"][du.STATE_LABEL] == du.FAILED
     assert "no new driver pod" in broken["metadata"]["annotations"][du.REASON_ANNOTATION]
-    for later in ("gcu-node-3", "gcu-node-4"):  # untouched
-        assert node(cluster, later)["metadata"]["labels"].get(du.STATE_LABEL) in (None, du.DONE)
-        assert not node(cluster, later)["spec"].get("unschedulable")
-    done_first = node(cluster, "gcu-node-1")["metadata"]["resourceVersion"]
-    cluster.kubectl("taint", "node", "gcu-node-2", "gcu-test/broken-")
+    for name in later:  # untouched
+        assert node(cluster, name)["metadata"]["labels"].get(du.STATE_LABEL) in (None, du.DONE)
+        assert not node(cluster, name)["spec"].get("unschedulable")
+    assert pending_tainted(cluster) == set()  # a stopped rollout leaves no node repelling jobs
+    done_first = node(cluster, first)["metadata"]["resourceVersion"]
+    cluster.kubectl("taint", "node", second, "gcu-test/broken-")
     outputs = du.rollout(props(cluster))
-    assert outputs["upgraded"] == ["gcu-node-2", "gcu-node-3", "gcu-node-4"]  # the failed node first, no repeat of gcu-node-1
-    assert node(cluster, "gcu-node-1")["metadata"]["resourceVersion"] == done_first
+    assert outputs["upgraded"][0] == second and sorted(outputs["upgraded"]) == sorted([second, *later])  # failed node first
+    assert node(cluster, first)["metadata"]["resourceVersion"] == done_first  # no repeat
     assert all(not node(cluster, n)["spec"].get("unschedulable") for n in GCU_NODES)
 
 
@@ -158,13 +215,19 @@ def test_delete_leaves_nothing_of_ours_even_mid_upgrade(cluster):
     half.state(du.UPGRADE_REQUIRED)
     half.cordon()
     half.pause_operands()
+    half.cluster.set_pending_taint("gcu-node-2", True)   # a node still to upgrade
+    cluster.kubectl("taint", "node", "gcu-node-2", "gcu-test/operators=true:NoSchedule")   # and someone else's taint
     du.clean_up(props(cluster))
+    keys = [t["key"] for t in node(cluster, "gcu-node-2")["spec"]["taints"]]
+    assert "gcu-test/operators" in keys and du.PENDING_TAINT["key"] not in keys, keys   # ours gone, theirs kept
+    cluster.kubectl("taint", "node", "gcu-node-2", "gcu-test/operators-")
     for name in GCU_NODES:
         meta = node(cluster, name)["metadata"]
         assert du.STATE_LABEL not in meta["labels"], name
         assert not {du.REASON_ANNOTATION, du.CORDONED_ANNOTATION, du.PAUSED_ANNOTATION} & set(meta.get("annotations") or {}), name
         assert "enflame.com/gcu.deploy.devicePlugin" not in meta["labels"], name
         assert not node(cluster, name)["spec"].get("unschedulable"), name
+    assert pending_tainted(cluster) == set()
 
 
 def test_a_node_deleted_and_another_notready_mid_rollout_are_reported_without_waiting_out_timeouts(cluster):
@@ -172,7 +235,9 @@ def test_a_node_deleted_and_another_notready_mid_rollout_are_reported_without_wa
     import time
 
     # gcu-node-1's new driver cannot land (a taint it does not tolerate): its upgrade waits in `restart driver`,
-    # and the node is deleted there. gcu-node-3's kubelet is down before its turn.
+    # and the node is deleted there. gcu-node-3's kubelet is down before its turn. No GCU job: the waves go by name.
+    cluster.kubectl("delete", "deployment,pdb", "training", "-n", "default")
+    wait_until(lambda: not pods(cluster, "app=training"), 60, what="the GCU job gone")
     cluster.kubectl("taint", "node", "gcu-node-1", "gcu-test/broken=true:NoSchedule")
     make_not_ready(cluster, "gcu-node-3")
     apply(cluster, [manifest("driver", version="5.0")])

@@ -13,7 +13,21 @@ import subprocess
 import sys
 
 import pytest
-from driver_fixtures import CordonWatch, all_ready, apply, gcu_job, make_not_ready, make_ready, ordinary, uids
+from driver_fixtures import (
+    CordonWatch,
+    all_ready,
+    apply,
+    gcu_job,
+    make_not_ready,
+    make_ready,
+    moved_once,
+    names,
+    ordinary,
+    pending_tainted,
+    pods,
+    uids,
+    wave_order,
+)
 from engine import DRIVER_LABEL, GCU_NODE_LABELS, GCUS, engine_stack, node, outputs, set_json_config
 from harness import seed_spec
 from pulumi import automation as auto
@@ -59,7 +73,9 @@ def test_2_the_preview_prints_the_plan_node_by_node(upgrade):
     text = preview.stdout
     assert "driver upgrade planned: artifact.enflame.cn/galaxy_docker_hub/gcu/gcu-driver:1.0 → " in text
     assert "gcu-driver:2.0, 3 of 3 GCU node(s), in 3 wave(s)" in text
-    assert "wave 1: gcu-node-1" in text and "wave 3: gcu-node-3" in text
+    first, _, last = wave_order(cluster, GCU_NODES)   # the node without a GCU job first
+    assert f"wave 1: {first} (no GCU pod to evict)" in text and f"wave 3: {last} (evicts default/training-" in text
+    assert f"each node carries the taint {du.PENDING_TAINT['key']}:PreferNoSchedule" in text
     training = [p["metadata"]["name"] for p in json.loads(cluster.kubectl("get", "pods", "-l", "app=training", "-o", "json").stdout)["items"]]
     assert all(name in text for name in training)  # the pods each eviction moves, by name
     assert "at most 1 of 3 GCU node(s) unavailable at once" in text
@@ -70,12 +86,15 @@ def test_2_the_preview_prints_the_plan_node_by_node(upgrade):
 def test_3_up_rolls_node_by_node_moving_only_gcu_pods(upgrade):
     stack, cluster, _, _ = upgrade
     web = uids(cluster, "app=web")
+    order, jobs_before = wave_order(cluster, GCU_NODES), names(cluster, "app=training")
     with CordonWatch(cluster) as watch:
         stack.up(on_output=lambda _: None)
     assert watch.most == 1
     out = outputs(stack)
     assert out["phase"] == "Running"
-    assert out["driverUpgrade"]["upgraded"] == GCU_NODES and out["driverUpgrade"]["failed"] == {}
+    # The plan's order (validation pods running meanwhile are gcu-stack's own: they neither move nor reorder it).
+    assert out["driverUpgrade"]["upgraded"] == order and out["driverUpgrade"]["failed"] == {}
+    assert pending_tainted(cluster) == set()
     assert set(out["driverUpgrade"]["nodes"].values()) == {du.DONE}
     assert uids(cluster, "app=web") == web
     for name in GCU_NODES:
@@ -86,8 +105,8 @@ def test_3_up_rolls_node_by_node_moving_only_gcu_pods(upgrade):
     for name in GCU_NODES:
         states = [s["state"] for s in reports[name]["states"]]
         assert states[0] == du.UPGRADE_REQUIRED and states[-1] == du.DONE and du.EVICTING in states, (name, states)
-    evicted = [pod for r in reports.values() for pod in r["evicted"]]
-    assert evicted and all(pod.startswith("default/training-") for pod in evicted), evicted
+    # Only GCU jobs, each moved once: the first went to the node upgraded before it, the second to an upgraded one.
+    assert len(moved_once(reports, jobs_before)) == len(jobs_before) == 2
     images = {p["spec"]["containers"][0]["image"] for p in json.loads(
         cluster.kubectl("get", "pods", "-n", "kube-system", "-l", "app.kubernetes.io/name=enflame-gcu-driver", "-o", "json").stdout)["items"]}
     assert images == {"artifact.enflame.cn/galaxy_docker_hub/gcu/gcu-driver:2.0"}
@@ -98,20 +117,22 @@ def test_3_up_rolls_node_by_node_moving_only_gcu_pods(upgrade):
 
 def test_4_a_failed_node_halts_the_rollout_and_the_next_up_resumes(upgrade):
     stack, cluster, _, _ = upgrade
-    cluster.kubectl("taint", "node", "gcu-node-2", "gcu-test/broken=true:NoSchedule")
+    first, second, third = wave_order(cluster, GCU_NODES)   # the second node's new driver cannot land
+    cluster.kubectl("taint", "node", second, "gcu-test/broken=true:NoSchedule")
     set_json_config(stack, "spec", spec("3.0"))
     with pytest.raises(auto.CommandError) as caught:
         stack.up(on_output=lambda _: None)
-    assert "gcu-node-2 failed at restart driver" in str(caught.value)
-    assert node(cluster, "gcu-node-2")["metadata"]["labels"][du.STATE_LABEL] == du.FAILED
-    assert node(cluster, "gcu-node-2")["spec"]["unschedulable"] is True
-    assert node(cluster, "gcu-node-3")["metadata"]["labels"][du.STATE_LABEL] == du.DONE  # from 2.0: not started at 3.0
-    first = node(cluster, "gcu-node-1")["metadata"]["resourceVersion"]
-    cluster.kubectl("taint", "node", "gcu-node-2", "gcu-test/broken-")
+    assert f"{second} failed at restart driver" in str(caught.value)
+    assert node(cluster, second)["metadata"]["labels"][du.STATE_LABEL] == du.FAILED
+    assert node(cluster, second)["spec"]["unschedulable"] is True
+    assert node(cluster, third)["metadata"]["labels"][du.STATE_LABEL] == du.DONE  # from 2.0: not started at 3.0
+    assert pending_tainted(cluster) == set()   # stopped: no node left repelling jobs
+    done_first = node(cluster, first)["metadata"]["resourceVersion"]
+    cluster.kubectl("taint", "node", second, "gcu-test/broken-")
     stack.up(on_output=lambda _: None)
     out = outputs(stack)
-    assert out["driverUpgrade"]["upgraded"] == ["gcu-node-2", "gcu-node-3"]
-    assert node(cluster, "gcu-node-1")["metadata"]["resourceVersion"] == first
+    assert out["driverUpgrade"]["upgraded"] == [second, third]   # the failed node first
+    assert node(cluster, first)["metadata"]["resourceVersion"] == done_first
     assert out["phase"] == "Running"
 
 
@@ -135,13 +156,14 @@ def test_4b_an_up_killed_mid_rollout_is_completed_by_the_next_one_without_state_
         cwd=project, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     busy = (du.CORDONED, du.WAITING, du.EVICTING, du.RESTARTING, du.VALIDATING)
+    first, second, _ = wave_order(cluster, GCU_NODES)
 
     def mid_rollout():
         # The second node in the middle of its upgrade: the first one is finished, the third not started.
-        return node(cluster, "gcu-node-2")["metadata"]["labels"].get(du.STATE_LABEL) in busy
+        return node(cluster, second)["metadata"]["labels"].get(du.STATE_LABEL) in busy
 
     try:
-        wait_until(mid_rollout, 240, what="gcu-node-2 in the middle of its driver upgrade", interval=0.2)
+        wait_until(mid_rollout, 240, what=f"{second} in the middle of its driver upgrade", interval=0.2)
     finally:
         os.killpg(killed.pid, signal.SIGKILL)
         killed.wait()
@@ -151,8 +173,9 @@ def test_4b_an_up_killed_mid_rollout_is_completed_by_the_next_one_without_state_
     # Upgraded to 4.0 before the kill (a `done` label alone may be the 3.0 rollout's).
     finished_before = [n for n, p in at_kill_pods.items()
                        if p["spec"]["containers"][0]["image"] == new_image and node(cluster, n)["metadata"]["labels"].get(du.STATE_LABEL) == du.DONE]
-    assert finished_before == ["gcu-node-1"], finished_before
+    assert finished_before == [first], finished_before
     assert any(node(cluster, n)["spec"].get("unschedulable") for n in GCU_NODES)  # killed with a node cordoned
+    assert pending_tainted(cluster), "killed mid-rollout: the nodes still to upgrade carry the taint"
 
     recovered = subprocess.run(
         [sys.executable, "-m", "stackops", "preflight", "--project-dir", str(project), "--stack", "driver",
@@ -171,6 +194,7 @@ def test_4b_an_up_killed_mid_rollout_is_completed_by_the_next_one_without_state_
     assert {p["spec"]["containers"][0]["image"] for p in pods.values()} == {new_image}
     for name in finished_before:  # upgraded before the kill: not again
         assert pods[name]["metadata"]["uid"] == pods_at_kill[name], name
+    assert pending_tainted(cluster) == set()   # the killed rollout's taints are gone too
 
 
 def test_4c_a_node_deleted_and_another_notready_mid_rollout_are_reported_and_the_next_up_finishes(upgrade):
@@ -179,10 +203,11 @@ def test_4c_a_node_deleted_and_another_notready_mid_rollout_are_reported_and_the
     import time
 
     stack, cluster, _, _ = upgrade
-    # With two of the three GCU nodes gone, the GCU job has nowhere left to run: its disruption budget would hold the
-    # last node's eviction for evictionTimeoutSeconds (a limit of its own, tried in test_4). Lifted here, so that the
-    # time measured is the deletion's and the NotReady node's alone.
-    cluster.kubectl("delete", "pdb", "training", "-n", "default")
+    # No GCU job here: the waves go by name (gcu-node-1 first), and with two of the three GCU nodes gone a job's
+    # disruption budget would hold the last eviction for evictionTimeoutSeconds (a limit of its own, tried in test_4);
+    # the time measured is the deletion's and the NotReady node's alone.
+    cluster.kubectl("delete", "deployment,pdb", "training", "-n", "default")
+    wait_until(lambda: not pods(cluster, "app=training"), 60, what="the GCU job gone")
     cluster.kubectl("taint", "node", "gcu-node-1", "gcu-test/broken=true:NoSchedule")  # its new driver cannot land
     make_not_ready(cluster, "gcu-node-3")
     set_json_config(stack, "spec", spec("5.0"))
@@ -236,3 +261,4 @@ def test_5_destroy_leaves_no_cordon_label_or_annotation(upgrade):
         assert not ours, meta["labels"]  # the driver label was the test's (the "pre-installed driver" mark)
         assert not [k for k in (meta.get("annotations") or {}) if "gcu" in k], meta.get("annotations")
         assert not node(cluster, name)["spec"].get("unschedulable")
+    assert pending_tainted(cluster) == set()

@@ -152,7 +152,8 @@ def test_4_a_driver_upgrade_is_previewed_by_node_and_its_progress_is_visible_per
         time.sleep(0.5)
     assert progress["phase"] == "succeeded", progress
     assert held is not None, seen  # the held node's state was visible while the operation ran
-    assert progress["outputs"]["driverUpgrade"]["upgraded"] == ["gcu-node-1", "gcu-node-2"]
+    # The node without the job first: the evicted job has an upgraded node to go to.
+    assert progress["outputs"]["driverUpgrade"]["upgraded"] == sorted({"gcu-node-1", "gcu-node-2"} - {job_node}) + [job_node]
     image = daemonsets(engine)["enflame-gcu-driver"]["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image.endswith("gcu-driver:2.0"), image
     # Each node's record of this rollout: its states in order, how long, and the job evicted from the held node.

@@ -16,7 +16,13 @@ their DaemonSets' node affinity), delete the driver pod and wait for the new one
 pods, validate the node, uncordon. The state is on the node (`enflame.com/gcu.driver-upgrade-state`,
 a reason annotation when it failed). A failure stops the rollout after the current wave with
 the node cordoned; the next update resumes and skips finished nodes. Delete leaves no cordon,
-label or annotation of gcu-stack's behind.
+label, annotation or taint of gcu-stack's behind.
+
+Each GCU job is moved at most once: nodes without GCU pods go first, so the first evicted jobs
+have upgraded nodes to land on, and while the rollout runs every node still to be upgraded
+carries our `PreferNoSchedule` taint, so the scheduler places an evicted job on an upgraded
+node when one has room. The taint goes when the node is done, when the rollout stops, on
+delete, and at the next rollout after an interrupted one.
 
 `plan()` is pure: the preview prints it, the rollout follows it wave by wave.
 """
@@ -43,7 +49,10 @@ REASON_ANNOTATION = "enflame.com/gcu.driver-upgrade-reason"
 CORDONED_ANNOTATION = "gcu-stack.enflame.com/driver-upgrade-cordoned"
 PAUSED_ANNOTATION = "gcu-stack.enflame.com/driver-upgrade-paused"
 PAUSED = PAUSED_FOR_DRIVER_UPGRADE
+# Soft: the scheduler prefers other nodes for new pods, nothing running is affected.
+PENDING_TAINT = {"key": "gcu-stack.enflame.com/driver-upgrade-pending", "value": "true", "effect": "PreferNoSchedule"}
 REVISION_LABEL = "controller-revision-hash"
+PART_OF_LABEL, PART_OF = "app.kubernetes.io/part-of", "gcu-stack"   # on every pod gcu-stack runs
 UPGRADE_REQUIRED, CORDONED, WAITING, EVICTING, RESTARTING, VALIDATING, DONE, FAILED = (
     "upgrade-required", "cordoned", "waiting-for-jobs", "evicting", "restarting-driver", "validating", "done", "failed",
 )
@@ -122,6 +131,7 @@ class NodeFacts:
     annotations: dict = field(default_factory=dict)
     driver_revision: Optional[str] = None  # its driver pod's revision; None: no driver pod there
     gcu_pods: list = field(default_factory=list)  # "namespace/name" of pods requesting a GCU resource
+    pending_taint: bool = False  # carries PENDING_TAINT
 
 
 @dataclass
@@ -171,8 +181,9 @@ def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailab
     # A node cordoned by someone else is unavailable already; one cordoned by an interrupted rollout is ours.
     already = sum(1 for n in nodes if n.unschedulable and not ours_cordoned(n))
     budget = unavailable_budget(max_unavailable, len(nodes))
-    # Resume first what an interrupted rollout left cordoned, then the rest by name.
-    todo.sort(key=lambda n: (not ours_cordoned(n), n.name))
+    # Resume first what an interrupted rollout left cordoned, then nodes without GCU pods (the jobs evicted later
+    # then have upgraded nodes to go to), then the rest; by name within each.
+    todo.sort(key=lambda n: (not ours_cordoned(n), bool(n.gcu_pods), n.name))
     waves, most = [], already
     wave: list[str] = []
     adds = 0  # nodes this wave makes unavailable (ones already unschedulable add nothing)
@@ -214,6 +225,8 @@ def describe(plan_: RolloutPlan, image: str, old_images: list[str], max_parallel
                 pods = plan_.evictions.get(node) or []
                 parts.append(f"{node} (evicts {', '.join(pods)})" if pods else f"{node} (no GCU pod to evict)")
             lines.append(f"  wave {i}: " + "; ".join(parts))
+        lines.append(f"  until its wave, each node carries the taint {PENDING_TAINT['key']}:{PENDING_TAINT['effect']}, "
+                     "so evicted jobs go to upgraded nodes")
     for node, why in sorted(plan_.skipped.items()):
         lines.append(f"  skipped: {node}: {why}")
     lines.append(
@@ -236,6 +249,10 @@ def requests_gcu(pod: dict, resources: list[str]) -> bool:
 
 def _daemonset_pod(pod: dict) -> bool:
     return any(o.get("kind") == "DaemonSet" for o in (pod["metadata"].get("ownerReferences") or []))
+
+
+def _ours(pod: dict) -> bool:
+    return (pod["metadata"].get("labels") or {}).get(PART_OF_LABEL) == PART_OF
 
 
 def _live(pod: dict) -> bool:
@@ -282,14 +299,41 @@ class Cluster:
                 raise NodeLeft(name, "node") from None
             raise
 
+    def set_pending_taint(self, name: str, present: bool) -> None:
+        """Add or remove PENDING_TAINT. Conditional on the node's resourceVersion: a taint someone else adds
+        meanwhile is never overwritten (a merge patch replaces the whole list)."""
+        from kubernetes.client.exceptions import ApiException
+
+        for _ in range(10):
+            node = self.node(name)
+            if node is None:
+                return
+            taints = (node.get("spec") or {}).get("taints") or []
+            if any(t.get("key") == PENDING_TAINT["key"] for t in taints) == present:
+                return
+            kept = [t for t in taints if t.get("key") != PENDING_TAINT["key"]] + ([PENDING_TAINT] if present else [])
+            patch = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"taints": kept or None}}
+            try:
+                self.api.patch_node(name, patch, _content_type="application/merge-patch+json", _preload_content=False)
+                return
+            except ApiException as error:
+                if error.status == 404:
+                    return
+                if error.status != 409:
+                    raise
+        raise RuntimeError(f"node {name}: its taints kept changing; could not {'add' if present else 'remove'} "
+                           f"{PENDING_TAINT['key']}")
+
     def pods_on(self, node: str, selector: str = "") -> list[dict]:
         return self._data(
             self.api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}", label_selector=selector or None, _preload_content=False)
         )["items"]
 
     def gcu_pods(self, node: str) -> list[dict]:
-        """The pods on `node` that hold GCUs: running, requesting a GCU resource, not a node agent."""
-        return [p for p in self.pods_on(node) if _live(p) and not _daemonset_pod(p) and requests_gcu(p, self.props["resources"])]
+        """The pods on `node` that hold GCUs: running, requesting a GCU resource, neither a node agent nor one of
+        gcu-stack's own short checks (a validation pod is no job to move, nor to order the waves by)."""
+        return [p for p in self.pods_on(node) if _live(p) and not _daemonset_pod(p) and not _ours(p)
+                and requests_gcu(p, self.props["resources"])]
 
     def daemonset(self) -> dict:
         p = self.props
@@ -344,6 +388,7 @@ class Cluster:
                     annotations=node["metadata"].get("annotations") or {},
                     driver_revision=(driver["metadata"].get("labels") or {}).get(REVISION_LABEL) if driver else None,
                     gcu_pods=gcu,
+                    pending_taint=any(t.get("key") == PENDING_TAINT["key"] for t in (node.get("spec") or {}).get("taints") or []),
                 )
             )
         return found
@@ -482,7 +527,7 @@ class NodeUpgrade:
 
     def _operand_pods(self) -> list[dict]:
         operands = set(self.props["operands"])
-        return [p for p in self.cluster.pods_on(self.node, "app.kubernetes.io/part-of=gcu-stack")
+        return [p for p in self.cluster.pods_on(self.node, f"{PART_OF_LABEL}={PART_OF}")
                 if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/component") in operands and _live(p)]
 
     def pause_operands(self) -> None:
@@ -560,6 +605,7 @@ class NodeUpgrade:
             raise NodeFailed(self.node, "validate", result.message)
 
     def uncordon(self) -> None:
+        self.cluster.set_pending_taint(self.node, False)
         node = self.cluster.node(self.node) or {"metadata": {}}
         if (node["metadata"].get("annotations") or {}).get(CORDONED_ANNOTATION) == "true":
             self.cluster.patch_node(self.node, {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}})
@@ -593,14 +639,9 @@ def node_states(facts: list, revision: Optional[str]) -> dict[str, str]:
     return {f.name: f.labels.get(STATE_LABEL) or ("current" if f.driver_revision == revision else "upgrade-required") for f in facts}
 
 
-def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: Optional[Cluster] = None) -> dict:
-    """Upgrade every node not at the driver's current revision, wave by wave; the outputs to record."""
-    cluster = cluster or Cluster(props)
-    revision = cluster.current_revision()
-    nodes = list(props.get("nodes") or [])
-    the_plan = plan(cluster.facts(nodes), revision, int(props["maxParallel"]), props["maxUnavailable"])
-    upgraded, failed, left = [], {}, []
-    reports: dict[str, dict] = {}
+def _waves(cluster: Cluster, the_plan: RolloutPlan, revision: str, log: Callable[[str], None], upgraded: list,
+           failed: dict, left: list, reports: dict) -> None:
+    """Run the plan wave by wave, recording each node's result; stop after a wave in which a node failed."""
     for wave in the_plan.waves:
         def one(node: str) -> Optional[NodeFailed]:
             upgrade = NodeUpgrade(cluster, node, revision, log)
@@ -634,6 +675,28 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
                         pass
         if failed:
             break
+
+
+def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: Optional[Cluster] = None) -> dict:
+    """Upgrade every node not at the driver's current revision, wave by wave; the outputs to record."""
+    cluster = cluster or Cluster(props)
+    revision = cluster.current_revision()
+    nodes = list(props.get("nodes") or [])
+    the_plan = plan(cluster.facts(nodes), revision, int(props["maxParallel"]), props["maxUnavailable"])
+    upgraded, failed, left = [], {}, []
+    reports: dict[str, dict] = {}
+    repelling = set(the_plan.nodes)
+    for name in sorted(set(nodes)):   # an interrupted rollout's taints go from nodes with nothing left to do
+        cluster.set_pending_taint(name, name in repelling)
+    try:
+        _waves(cluster, the_plan, revision, log, upgraded, failed, left, reports)
+    finally:   # stopped or done: no node keeps repelling jobs
+        for name in sorted(repelling):
+            try:
+                cluster.set_pending_taint(name, False)
+            except Exception as error:  # noqa: BLE001 - the rollout's own error (if any) is the one to report
+                log(f"{name}: could not remove the taint {PENDING_TAINT['key']} ({error}); the next `pulumi up` or "
+                    "destroy removes it")
     if not failed:
         wait_driver_ready(cluster, revision, [n for n in nodes if n not in the_plan.skipped and n not in left],
                           float(props["driverReadyTimeoutSeconds"]))
@@ -665,7 +728,7 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
 
 
 def clean_up(props: dict) -> None:
-    """Leave no cordon, label or annotation of ours behind (delete, during or after an upgrade)."""
+    """Leave no cordon, label, annotation or taint of ours behind (delete, during or after an upgrade)."""
     cluster = Cluster(props)
     for name in sorted(set(props.get("nodes") or [])):
         node = cluster.node(name)
@@ -686,6 +749,7 @@ def clean_up(props: dict) -> None:
             patch["metadata"]["annotations"][CORDONED_ANNOTATION] = None
         if patch["metadata"]["labels"] or patch["metadata"]["annotations"] or "spec" in patch:
             cluster.patch_node(name, patch)
+        cluster.set_pending_taint(name, False)
 
 
 # ---------------------------------------------------------------------------- the provider
@@ -703,7 +767,9 @@ def _pending(props: dict) -> bool:
     try:
         cluster = Cluster(props)
         revision = cluster.current_revision(timeout=5)
-        return bool(plan(cluster.facts(list(props.get("nodes") or [])), revision, 1, "100%").waves)
+        facts = cluster.facts(list(props.get("nodes") or []))
+        # A taint left by an interrupted rollout is work too: the update removes it.
+        return bool(plan(facts, revision, 1, "100%").waves) or any(f.pending_taint for f in facts)
     except ClusterMismatch:
         raise
     except Exception:  # noqa: BLE001 - the live cluster unreadable means "unknown", not "changed"
