@@ -10,6 +10,8 @@ Measured for each method, from a watch of the API server (polled every 0.5 s):
                       every one left running while its node's driver pod was gone
   driver pulled       of those, the GCU pods that kept running while the driver was taken from under
                       them (a job that loses its device mid-run), as destroy-and-recreate does
+  moved twice         of those, pods that were themselves replacements created during the change: a job
+                      evicted again from the node it had been moved to (0: each job moved at most once)
   no device plugin    node-seconds during which a GCU node had no Ready device-plugin pod
 Ordinary pods (no GCU) are counted too: neither method may touch them.
 """
@@ -57,6 +59,7 @@ class Watch:
         self.plugin_down = 0.0  # node-seconds
         self.gcu_seen: dict[str, str] = {}  # uid -> node, every GCU pod seen running
         self.web_uids_start: set[str] = set()
+        self.gcu_uids_start: set[str] = set()
         self.driverless_under_job: set[str] = set()  # GCU pod uids that ran on a node without a driver pod
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -107,6 +110,7 @@ class Watch:
     def __enter__(self) -> "Watch":
         pods = self._list("get", "pods", "-n", "default")
         self.web_uids_start = self._uids(pods, "web")
+        self.gcu_uids_start = self._uids(pods, "training")
         self._sample()
         self._thread.start()
         return self
@@ -122,6 +126,10 @@ class Watch:
     def gcu_disturbed(self) -> int:
         ended = set(self.gcu_seen) - self.gcu_uids_end  # evicted or deleted during the change (replacements too)
         return len(ended | self.driverless_under_job)
+
+    @property
+    def moved_twice(self) -> int:
+        return len(set(self.gcu_seen) - self.gcu_uids_end - self.gcu_uids_start)
 
     @property
     def driver_pulled(self) -> int:
@@ -174,6 +182,7 @@ def run(nodes: int, max_parallel: int, max_unavailable: str) -> None:
                 "most_unavailable": watch.most_unavailable,
                 "gcu_disturbed": watch.gcu_disturbed,
                 "driver_pulled": watch.driver_pulled,
+                "moved_twice": watch.moved_twice,
                 "web_disturbed": watch.web_disturbed,
                 "plugin_down": watch.plugin_down,
             }
@@ -182,10 +191,11 @@ def run(nodes: int, max_parallel: int, max_unavailable: str) -> None:
     ours, theirs = results.values()
     print(f"driver 1.0 -> 2.0 on {nodes} simulated GCU nodes, {gcu_pods} GCU pods (1 GCU each), {ordinary} ordinary pods;")
     print(f"gcu-stack: maxParallel {max_parallel}, maxUnavailable {max_unavailable}; validation: capacity per node")
-    print(f"  {'':38s} {'wall s':>7s} {'most unavail.':>14s} {'GCU pod disrupt.':>17s} {'driver pulled':>14s} {'other pods':>11s} {'no plugin node·s':>17s}")
+    print(f"  {'':38s} {'wall s':>7s} {'most unavail.':>14s} {'GCU pod disrupt.':>17s} {'moved twice':>12s} {'driver pulled':>14s} "
+          f"{'other pods':>11s} {'no plugin node·s':>17s}")
     for name, r in results.items():
-        print(f"  {name:38s} {r['seconds']:7.1f} {r['most_unavailable']:14d} {r['gcu_disturbed']:17d} {r['driver_pulled']:14d} "
-              f"{r['web_disturbed']:11d} {r['plugin_down']:17.0f}")
+        print(f"  {name:38s} {r['seconds']:7.1f} {r['most_unavailable']:14d} {r['gcu_disturbed']:17d} {r['moved_twice']:12d} "
+              f"{r['driver_pulled']:14d} {r['web_disturbed']:11d} {r['plugin_down']:17.0f}")
 
     def ratio(a: float, b: float) -> str:
         return f"{a / b:.2f}" if b else ("0" if not a else "inf")
