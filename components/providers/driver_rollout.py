@@ -251,6 +251,10 @@ def _daemonset_pod(pod: dict) -> bool:
     return any(o.get("kind") == "DaemonSet" for o in (pod["metadata"].get("ownerReferences") or []))
 
 
+def _has_pending_taint(node: dict) -> bool:
+    return any(t.get("key") == PENDING_TAINT["key"] for t in (node.get("spec") or {}).get("taints") or [])
+
+
 def _ours(pod: dict) -> bool:
     return (pod["metadata"].get("labels") or {}).get(PART_OF_LABEL) == PART_OF
 
@@ -308,9 +312,9 @@ class Cluster:
             node = self.node(name)
             if node is None:
                 return
-            taints = (node.get("spec") or {}).get("taints") or []
-            if any(t.get("key") == PENDING_TAINT["key"] for t in taints) == present:
+            if _has_pending_taint(node) == present:
                 return
+            taints = (node.get("spec") or {}).get("taints") or []
             kept = [t for t in taints if t.get("key") != PENDING_TAINT["key"]] + ([PENDING_TAINT] if present else [])
             patch = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"taints": kept or None}}
             try:
@@ -388,7 +392,7 @@ class Cluster:
                     annotations=node["metadata"].get("annotations") or {},
                     driver_revision=(driver["metadata"].get("labels") or {}).get(REVISION_LABEL) if driver else None,
                     gcu_pods=gcu,
-                    pending_taint=any(t.get("key") == PENDING_TAINT["key"] for t in (node.get("spec") or {}).get("taints") or []),
+                    pending_taint=_has_pending_taint(node),
                 )
             )
         return found
@@ -639,9 +643,12 @@ def node_states(facts: list, revision: Optional[str]) -> dict[str, str]:
     return {f.name: f.labels.get(STATE_LABEL) or ("current" if f.driver_revision == revision else "upgrade-required") for f in facts}
 
 
-def _waves(cluster: Cluster, the_plan: RolloutPlan, revision: str, log: Callable[[str], None], upgraded: list,
-           failed: dict, left: list, reports: dict) -> None:
-    """Run the plan wave by wave, recording each node's result; stop after a wave in which a node failed."""
+def _waves(cluster: Cluster, the_plan: RolloutPlan, revision: str,
+           log: Callable[[str], None]) -> tuple[list, dict, list, dict]:
+    """Run the plan wave by wave; stop after a wave in which a node failed. Returns the nodes upgraded, failed (with
+    why), left (deleted meanwhile), and each touched node's report."""
+    upgraded, failed, left = [], {}, []
+    reports: dict[str, dict] = {}
     for wave in the_plan.waves:
         def one(node: str) -> Optional[NodeFailed]:
             upgrade = NodeUpgrade(cluster, node, revision, log)
@@ -675,6 +682,7 @@ def _waves(cluster: Cluster, the_plan: RolloutPlan, revision: str, log: Callable
                         pass
         if failed:
             break
+    return upgraded, failed, left, reports
 
 
 def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: Optional[Cluster] = None) -> dict:
@@ -683,13 +691,11 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
     revision = cluster.current_revision()
     nodes = list(props.get("nodes") or [])
     the_plan = plan(cluster.facts(nodes), revision, int(props["maxParallel"]), props["maxUnavailable"])
-    upgraded, failed, left = [], {}, []
-    reports: dict[str, dict] = {}
     repelling = set(the_plan.nodes)
     for name in sorted(set(nodes)):   # an interrupted rollout's taints go from nodes with nothing left to do
         cluster.set_pending_taint(name, name in repelling)
     try:
-        _waves(cluster, the_plan, revision, log, upgraded, failed, left, reports)
+        upgraded, failed, left, reports = _waves(cluster, the_plan, revision, log)
     finally:   # stopped or done: no node keeps repelling jobs
         for name in sorted(repelling):
             try:
