@@ -14,6 +14,11 @@ Measured for each method, from a watch of the API server (polled every 0.5 s):
                       evicted again from the node it had been moved to (0: each job moved at most once)
   no device plugin    node-seconds during which a GCU node had no Ready device-plugin pod
 Ordinary pods (no GCU) are counted too: neither method may touch them.
+
+Then, on gcu-stack's side, a change to nothing the driver installs (its image pull policy) at 2.0: the
+restart-only path, measured the same way plus the most nodes cordoned at once. Its driver pods are replaced
+under running jobs by design: the new pod finds its version loaded and leaves the module alone, so those
+are counted apart ("driver pods restarted under a job"), not as a driver pulled.
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ from harness import seed_spec  # noqa: E402
 GCU = "enflame.com/gcu"
 
 
-def spec(version: str) -> dict:
-    return seed_spec(**{"driver.notDeploy": False, "driver.version": version})
+def spec(version: str, **driver) -> dict:
+    return seed_spec(**{"driver.notDeploy": False, "driver.version": version, **{f"driver.{k}": v for k, v in driver.items()}})
 
 
 def workloads(gcu_pods: int, ordinary: int) -> list[dict]:
@@ -56,6 +61,7 @@ class Watch:
     def __init__(self, cluster, gcu_nodes: list[str]):
         self.cluster, self.gcu_nodes = cluster, set(gcu_nodes)
         self.most_unavailable = 0
+        self.most_cordoned = 0
         self.plugin_down = 0.0  # node-seconds
         self.gcu_seen: dict[str, str] = {}  # uid -> node, every GCU pod seen running
         self.web_uids_start: set[str] = set()
@@ -84,6 +90,7 @@ class Watch:
             if labels.get("app") == "training" and node and (pod.get("status") or {}).get("phase") == "Running":
                 self.gcu_seen[pod["metadata"]["uid"]] = node
         unavailable = 0
+        self.most_cordoned = max(self.most_cordoned, sum(1 for n in self.gcu_nodes if ((nodes.get(n) or {}).get("spec") or {}).get("unschedulable")))
         drivers = {n for n in self.gcu_nodes if any(by_name.get(("driver", n), []))}
         for name in self.gcu_nodes:
             node = nodes.get(name) or {}
@@ -152,6 +159,12 @@ def wait_workloads(cluster, gcu_pods: int, ordinary: int, timeout: float = 300) 
         time.sleep(1)
 
 
+def figures(watch: Watch, seconds: float) -> dict:
+    return {"seconds": seconds, "most_unavailable": watch.most_unavailable, "most_cordoned": watch.most_cordoned,
+            "gcu_disturbed": watch.gcu_disturbed, "gcu_ended": len(set(watch.gcu_seen) - watch.gcu_uids_end), "moved_twice": watch.moved_twice,
+            "driver_pulled": watch.driver_pulled, "web_disturbed": watch.web_disturbed, "plugin_down": watch.plugin_down}
+
+
 def run(nodes: int, max_parallel: int, max_unavailable: str) -> None:
     gcu_nodes = [f"gcu-node-{i:03d}" for i in range(1, nodes + 1)]
     node_specs = [(n, GCU_NODE_LABELS, GCUS) for n in gcu_nodes] + [("cpu-node-1", {})]
@@ -177,15 +190,14 @@ def run(nodes: int, max_parallel: int, max_unavailable: str) -> None:
                     stack.destroy(on_output=lambda _: None)
                     stack.up(on_output=lambda _: None)
                 seconds = time.perf_counter() - started
-            results[method] = {
-                "seconds": seconds,
-                "most_unavailable": watch.most_unavailable,
-                "gcu_disturbed": watch.gcu_disturbed,
-                "driver_pulled": watch.driver_pulled,
-                "moved_twice": watch.moved_twice,
-                "web_disturbed": watch.web_disturbed,
-                "plugin_down": watch.plugin_down,
-            }
+            results[method] = figures(watch, seconds)
+            if method.startswith("gcu-stack"):
+                wait_workloads(cluster, gcu_pods, ordinary)
+                set_json_config(stack, "spec", spec("2.0", imagePullPolicy="Always"))
+                with Watch(cluster, gcu_nodes) as watch:
+                    started = time.perf_counter()
+                    stack.up(on_output=lambda _: None)
+                    cosmetic = figures(watch, time.perf_counter() - started)
             cluster.kubectl("delete", "deployment", "training", "web", "-n", "default", "--wait=true")
             stack.destroy(on_output=lambda _: None)
     ours, theirs = results.values()
@@ -204,6 +216,10 @@ def run(nodes: int, max_parallel: int, max_unavailable: str) -> None:
           f"driver pulled under a job {ratio(ours['driver_pulled'], theirs['driver_pulled'])}, "
           f"device-plugin downtime {ratio(ours['plugin_down'], theirs['plugin_down'])}, wall time {ratio(ours['seconds'], theirs['seconds'])}, "
           f"most nodes unavailable {ratio(ours['most_unavailable'], theirs['most_unavailable'])}")
+    print("then a change to nothing the driver installs (driver imagePullPolicy IfNotPresent -> Always), gcu-stack restart-only path:")
+    print(f"  wall {cosmetic['seconds']:.1f} s; most nodes cordoned {cosmetic['most_cordoned']}; GCU pods evicted or deleted "
+          f"{cosmetic['gcu_ended']}; other pods {cosmetic['web_disturbed']}; driver pods restarted under a job "
+          f"{cosmetic['driver_pulled']} (module kept loaded); no plugin node·s {cosmetic['plugin_down']:.0f}")
 
 
 def main() -> None:

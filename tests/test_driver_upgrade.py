@@ -7,6 +7,8 @@ PodDisruptionBudget and ordinary pods. A new driver image then rolls out node by
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from driver_fixtures import (
     CordonWatch,
@@ -32,6 +34,7 @@ from components.catalog import BY_KEY
 from components.manifests import workload_manifest
 from components.model import PodAdditions
 from components.providers import driver_rollout as du
+from components.providers.install_key import install_key
 from components.resolve import resolve
 from components.spec import BaseFields
 
@@ -206,6 +209,78 @@ def test_a_node_whose_new_driver_never_gets_ready_halts_the_rollout_and_the_next
     assert outputs["upgraded"][0] == second and sorted(outputs["upgraded"]) == sorted([second, *later])  # failed node first
     assert node(cluster, first)["metadata"]["resourceVersion"] == done_first  # no repeat
     assert all(not node(cluster, n)["spec"].get("unschedulable") for n in GCU_NODES)
+
+
+def test_a_change_to_nothing_the_driver_installs_restarts_its_pods_without_cordon_or_eviction(cluster):
+    jobs = uids(cluster, "app=training")
+    api = du.Cluster(props(cluster))
+    old_pods = {name: pod["metadata"]["uid"] for name, pod in api.driver_pods().items()}
+    cosmetic = manifest("driver", version="3.0", imagePullPolicy="Always")   # same image: nothing installed changes
+    apply(cluster, [cosmetic])
+    revision = api.current_revision()
+    # The template the stack applies and the revision the API server stored (defaults filled in) hash alike.
+    assert api.install_keys()[revision] == install_key(cosmetic["spec"]["template"])
+    planned = du.plan(api.facts(GCU_NODES, install_key(cosmetic["spec"]["template"])), revision, 1, "50%")
+    assert planned.waves == [] and planned.restarts == [GCU_NODES[:2], GCU_NODES[2:]]   # batches of maxUnavailable: 2
+    lines = du.describe(planned, "gcu-driver:3.0", ["gcu-driver:3.0"], 1, "50%")
+    assert lines[0].startswith("driver restart only: 4 of 4 GCU node(s), in 2 batch(es)") and "  batch 1: gcu-node-1, gcu-node-2" in lines
+    tainted: list = []
+    with CordonWatch(cluster) as watch:
+        outputs = du.rollout(props(cluster), log=lambda message: tainted.append(pending_tainted(cluster)))
+    assert watch.most == 0 and tainted and all(t == set() for t in tainted)   # no cordon, no taint, at any point
+    assert outputs["restarted"] == GCU_NODES and outputs["upgraded"] == [] and outputs["failed"] == {}
+    for name, report in outputs["reports"].items():
+        assert report["result"] == "restarted" and report["evicted"] == [], (name, report)
+        assert [s["state"] for s in report["states"]] == [du.RESTART_REQUIRED, du.RESTARTING, du.DONE], (name, report)
+    assert uids(cluster, "app=training") == jobs   # every GCU job kept running where it was
+    drivers = api.driver_pods()
+    for name in GCU_NODES:
+        assert drivers[name]["metadata"]["uid"] != old_pods[name], name   # replaced: it carries the new template
+        assert drivers[name]["metadata"]["labels"][du.REVISION_LABEL] == revision
+        assert drivers[name]["spec"]["containers"][0]["imagePullPolicy"] == "Always"
+    assert "restarted only (nothing installed changed) on 4 node(s)" in outputs["message"]
+    # A new version next to it installs something else: the full path, every node.
+    upgrade = manifest("driver", version="3.1", imagePullPolicy="Always")
+    assert install_key(upgrade["spec"]["template"]) != install_key(cosmetic["spec"]["template"])
+
+
+def test_what_the_driver_installs_is_told_apart_from_what_it_does_not():
+    template = manifest("driver", version="1.0", env=[{"name": "WITH_REBOOT", "value": "false"}])["spec"]["template"]
+    key = install_key(template)
+
+    def changed(edit) -> str:
+        copy = json.loads(json.dumps(template))
+        edit(copy)
+        return install_key(copy)
+
+    container = lambda t: t["spec"]["containers"][0]  # noqa: E731
+    # Nothing installed changes: labels, annotations, resources, probes, pull policy, tolerations, scheduling.
+    assert changed(lambda t: t["metadata"]["labels"].update({"team": "ml"})) == key
+    assert changed(lambda t: t["metadata"].setdefault("annotations", {}).update({"note": "x"})) == key
+    assert changed(lambda t: container(t)["resources"]["limits"].update({"memory": "4Gi"})) == key
+    assert changed(lambda t: container(t).update({"readinessProbe": None, "imagePullPolicy": "Never"})) == key
+    assert changed(lambda t: t["spec"].update({"tolerations": [{"operator": "Exists"}], "priorityClassName": "x"})) == key
+    # The API server's defaults are no change either.
+    assert changed(lambda t: [v.get("hostPath", {}).setdefault("type", "") for v in t["spec"]["volumes"]]) == key
+    # What the installer is, reads or writes to: a change.
+    assert changed(lambda t: container(t).update({"image": "gcu-driver:1.1"})) != key
+    assert changed(lambda t: container(t)["env"].__setitem__(0, {"name": "WITH_REBOOT", "value": "true"})) != key
+    assert changed(lambda t: container(t).update({"args": ["--force"]})) != key
+    assert changed(lambda t: t["spec"]["volumes"][0]["hostPath"].update({"path": "/opt/modules"})) != key
+    assert changed(lambda t: t["spec"].update({"hostPID": False})) != key
+
+
+def test_only_a_node_no_rollout_is_at_takes_the_restart_only_path():
+    same = dict(driver_revision="rev-1", same_install=True)
+    facts = [
+        du.NodeFacts("idle", **same),
+        du.NodeFacts("failed-before", labels={du.STATE_LABEL: du.FAILED}, **same),
+        du.NodeFacts("cordoned-by-us", unschedulable=True, annotations={du.CORDONED_ANNOTATION: "true"}, **same),
+        du.NodeFacts("new-version", driver_revision="rev-1"),
+    ]
+    planned = du.plan(facts, "rev-2", 1, "100%")
+    assert planned.restarts == [["idle"]]
+    assert planned.nodes == ["cordoned-by-us", "failed-before", "new-version"]
 
 
 def test_delete_leaves_nothing_of_ours_even_mid_upgrade(cluster):

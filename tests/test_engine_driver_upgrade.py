@@ -136,6 +136,28 @@ def test_4_a_failed_node_halts_the_rollout_and_the_next_up_resumes(upgrade):
     assert out["phase"] == "Running"
 
 
+def test_4a_a_change_to_nothing_the_driver_installs_restarts_its_pods_with_no_cordon_or_eviction(upgrade):
+    stack, cluster, root, policy_config = upgrade
+    jobs, before = uids(cluster, "app=training"), driver_pods(cluster)
+    set_json_config(stack, "spec", seed_spec(**{"driver.notDeploy": False, "driver.version": "3.0", "driver.imagePullPolicy": "Always"}))
+    preview = stack.preview(policy_packs=[str(root / "project" / "policies")], policy_pack_configs=[str(policy_config)])
+    # In batches of maxUnavailable (25% of 3: 1 node), though no node is made unavailable.
+    assert "driver restart only: 3 of 3 GCU node(s), in 3 batch(es)" in preview.stdout, preview.stdout
+    assert all(f"batch {i}: {name}" in preview.stdout for i, name in enumerate(GCU_NODES, 1))
+    assert "driver upgrade planned" not in preview.stdout and "at most 0 of 3 GCU node(s) unavailable" in preview.stdout
+    with CordonWatch(cluster) as watch:
+        stack.up(on_output=lambda _: None)
+    assert watch.most == 0
+    out = outputs(stack)["driverUpgrade"]
+    assert out["restarted"] == GCU_NODES and out["upgraded"] == [] and out["failed"] == {}
+    assert all(r["result"] == "restarted" and r["evicted"] == [] for r in out["reports"].values()), out["reports"]
+    assert uids(cluster, "app=training") == jobs
+    after = driver_pods(cluster)
+    assert all(after[n]["metadata"]["uid"] != before[n]["metadata"]["uid"] for n in GCU_NODES)
+    assert {p["spec"]["containers"][0]["imagePullPolicy"] for p in after.values()} == {"Always"}
+    assert outputs(stack)["phase"] == "Running"
+
+
 def driver_pods(cluster) -> dict[str, dict]:
     found = json.loads(cluster.kubectl("get", "pods", "-n", "kube-system", "-l", "app.kubernetes.io/name=enflame-gcu-driver",
                                        "-o", "json").stdout)["items"]

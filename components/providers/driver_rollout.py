@@ -24,6 +24,11 @@ carries our `PreferNoSchedule` taint, so the scheduler places an evicted job on 
 node when one has room. The taint goes when the node is done, when the rollout stops, on
 delete, and at the next rollout after an interrupted one.
 
+A change that leaves what the driver installs as it was (components/providers/install_key.py: labels,
+resources, tolerations, pull policy...) takes the restart-only path: the node's driver pod is
+replaced, finds its version loaded and does nothing, with no cordon, eviction or taint. Those
+nodes go first, in batches of maxUnavailable (or maxParallel, if larger), as they stay available.
+
 `plan()` is pure: the preview prints it, the rollout follows it wave by wave.
 """
 
@@ -41,6 +46,7 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvide
 from ..names import DEPLOY_LABEL_PREFIX, PAUSED_FOR_DRIVER_UPGRADE
 from .bundled import Bundled, bundled_diff, changed_inputs, engine_log, inputs_of
 from .cluster import ClusterMismatch, checked_api
+from .install_key import install_key
 
 STATE_LABEL = "enflame.com/gcu.driver-upgrade-state"
 SKIP_LABEL = "enflame.com/gcu.driver-upgrade.skip"
@@ -56,6 +62,7 @@ PART_OF_LABEL, PART_OF = "app.kubernetes.io/part-of", "gcu-stack"   # on every p
 UPGRADE_REQUIRED, CORDONED, WAITING, EVICTING, RESTARTING, VALIDATING, DONE, FAILED = (
     "upgrade-required", "cordoned", "waiting-for-jobs", "evicting", "restarting-driver", "validating", "done", "failed",
 )
+RESTART_REQUIRED = "restart-required"   # the restart-only path's first state
 POLL = 1.0
 
 
@@ -115,7 +122,7 @@ class DriverUpgradeInputs:
 
 
 INPUTS = tuple(DriverUpgradeInputs.__dataclass_fields__)
-OUTPUTS = ("revision", "states", "skipped", "upgraded", "failed", "mostUnavailable", "message", "finishedAt", "reports")
+OUTPUTS = ("revision", "states", "skipped", "upgraded", "restarted", "failed", "mostUnavailable", "message", "finishedAt", "reports")
 
 
 # ---------------------------------------------------------------------------- the plan (pure)
@@ -132,12 +139,14 @@ class NodeFacts:
     driver_revision: Optional[str] = None  # its driver pod's revision; None: no driver pod there
     gcu_pods: list = field(default_factory=list)  # "namespace/name" of pods requesting a GCU resource
     pending_taint: bool = False  # carries PENDING_TAINT
+    same_install: bool = False  # its driver pod installs what the target revision does (install_key): a restart will do
 
 
 @dataclass
 class RolloutPlan:
     revision: str
-    waves: list  # [[node, ...], ...]
+    waves: list  # [[node, ...], ...]: the full path (cordon, evict, replace the driver, validate, uncordon)
+    restarts: list  # [[node, ...], ...]: the driver pod replaced only (what it installs is unchanged)
     skipped: dict  # node -> why
     current: list  # nodes already at the revision (and not failed)
     evictions: dict  # node -> ["namespace/pod", ...]
@@ -164,9 +173,10 @@ def ours_cordoned(facts: NodeFacts) -> bool:
 
 
 def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailable: Any) -> RolloutPlan:
-    """Which nodes to upgrade, in which waves, moving which pods; which are skipped and why."""
+    """Which nodes to upgrade, in which waves, moving which pods; which only restart their driver pod; which are
+    skipped and why."""
     nodes = sorted(facts, key=lambda f: f.name)
-    skipped, current, todo = {}, [], []
+    skipped, current, todo, restarts = {}, [], [], []
     for node in nodes:
         if node.labels.get(SKIP_LABEL) == "true":
             skipped[node.name] = f"label {SKIP_LABEL}=true"
@@ -176,6 +186,8 @@ def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailab
             skipped[node.name] = "no driver pod on the node (its nodeSelector or an opt-out label keeps it off)"
         elif node.driver_revision == revision and node.labels.get(STATE_LABEL) != FAILED:
             current.append(node.name)
+        elif node.same_install and node.labels.get(STATE_LABEL) in (None, DONE) and not ours_cordoned(node):
+            restarts.append(node.name)   # not mid-upgrade either: a resumed node takes the full path
         else:
             todo.append(node)
     # A node cordoned by someone else is unavailable already; one cordoned by an interrupted rollout is ours.
@@ -199,9 +211,12 @@ def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailab
     if wave:
         waves.append(wave)
         most = max(most, already + adds)
+    # The restart-only nodes stay available; a batch's size still bounds what a bad template could break at once.
+    batch = max(budget, max_parallel, 1)
     return RolloutPlan(
         revision=revision,
         waves=waves,
+        restarts=[restarts[i:i + batch] for i in range(0, len(restarts), batch)],
         skipped=skipped,
         current=current,
         evictions={n.name: sorted(n.gcu_pods) for n in todo},
@@ -214,11 +229,17 @@ def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailab
 
 def describe(plan_: RolloutPlan, image: str, old_images: list[str], max_parallel: int, max_unavailable: Any) -> list[str]:
     """The plan as the preview prints it, one line each."""
-    if not plan_.waves:
-        lines = [f"driver: all {len(plan_.current)} GCU node(s) run the current driver; nothing to upgrade"]
-    else:
+    lines = []
+    if not plan_.waves and not plan_.restarts:
+        lines.append(f"driver: all {len(plan_.current)} GCU node(s) run the current driver; nothing to upgrade")
+    if plan_.restarts:
+        restarted = [n for batch in plan_.restarts for n in batch]
+        lines.append(f"driver restart only: {len(restarted)} of {plan_.total} GCU node(s), in {len(plan_.restarts)} batch(es): "
+                     "what the driver installs is unchanged, so each node's driver pod is replaced with no cordon and no eviction:")
+        lines.extend(f"  batch {i}: {', '.join(batch)}" for i, batch in enumerate(plan_.restarts, 1))
+    if plan_.waves:
         before = ", ".join(sorted(set(old_images))) or "the running driver"
-        lines = [f"driver upgrade planned: {before} → {image}, {len(plan_.nodes)} of {plan_.total} GCU node(s), in {len(plan_.waves)} wave(s):"]
+        lines.append(f"driver upgrade planned: {before} → {image}, {len(plan_.nodes)} of {plan_.total} GCU node(s), in {len(plan_.waves)} wave(s):")
         for i, wave in enumerate(plan_.waves, 1):
             parts = []
             for node in wave:
@@ -357,11 +378,19 @@ class Cluster:
                 raise RuntimeError(f"DaemonSet {p['namespace']}/{p['daemonSet']}: the controller recorded no revision in {timeout:.0f}s")
             self.sleep(POLL)
 
+    def _revisions(self, ds: dict) -> list[dict]:
+        revisions = self._data(self.apps.list_namespaced_controller_revision(ds["metadata"]["namespace"], _preload_content=False))["items"]
+        return [r for r in revisions if any(o.get("uid") == ds["metadata"]["uid"] for o in r["metadata"].get("ownerReferences") or [])]
+
     def newest_revision(self, ds: dict) -> Optional[str]:
         """The revision hash of `ds`'s newest ControllerRevision; None before the controller recorded one."""
-        revisions = self._data(self.apps.list_namespaced_controller_revision(ds["metadata"]["namespace"], _preload_content=False))["items"]
-        owned = [r for r in revisions if any(o.get("uid") == ds["metadata"]["uid"] for o in r["metadata"].get("ownerReferences") or [])]
+        owned = self._revisions(ds)
         return max(owned, key=lambda r: r.get("revision", 0))["metadata"]["labels"][REVISION_LABEL] if owned else None
+
+    def install_keys(self) -> dict[str, str]:
+        """What each revision of the driver DaemonSet installs (install_key), by revision hash."""
+        return {r["metadata"]["labels"][REVISION_LABEL]: install_key(((r.get("data") or {}).get("spec") or {}).get("template") or {})
+                for r in self._revisions(self.daemonset()) if REVISION_LABEL in (r["metadata"].get("labels") or {})}
 
     def driver_pods(self) -> dict[str, dict]:
         """Driver pods by node (the newest on each node)."""
@@ -375,8 +404,11 @@ class Cluster:
                 found[node] = pod
         return found
 
-    def facts(self, nodes: list[str]) -> list[NodeFacts]:
+    def facts(self, nodes: list[str], target_install: Optional[str] = None) -> list[NodeFacts]:
+        """Each node's facts; `target_install`: the install_key of the revision to roll out (None: unknown, so every
+        change takes the full path)."""
         drivers = self.driver_pods()
+        keys = self.install_keys() if target_install else {}
         found = []
         for name in sorted(set(nodes)):
             node = self.node(name)
@@ -384,15 +416,17 @@ class Cluster:
                 continue
             gcu = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in self.gcu_pods(name)]
             driver = drivers.get(name)
+            driver_revision = (driver["metadata"].get("labels") or {}).get(REVISION_LABEL) if driver else None
             found.append(
                 NodeFacts(
                     name=name,
                     unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
                     labels=node["metadata"].get("labels") or {},
                     annotations=node["metadata"].get("annotations") or {},
-                    driver_revision=(driver["metadata"].get("labels") or {}).get(REVISION_LABEL) if driver else None,
+                    driver_revision=driver_revision,
                     gcu_pods=gcu,
                     pending_taint=_has_pending_taint(node),
+                    same_install=target_install is not None and keys.get(driver_revision) == target_install,
                 )
             )
         return found
@@ -451,6 +485,14 @@ class NodeUpgrade:
         self.restore_operands()
         self.validate()
         self.uncordon()
+        self.state(DONE)
+
+    def run_restart_only(self) -> None:
+        """What the driver installs is unchanged: its pod is replaced in place (it finds its version loaded) while the
+        node keeps serving; nothing is moved or paused."""
+        self.ready_check()
+        self.state(RESTART_REQUIRED)
+        self.restart_driver()
         self.state(DONE)
 
     def cordon(self) -> None:
@@ -643,18 +685,19 @@ def node_states(facts: list, revision: Optional[str]) -> dict[str, str]:
     return {f.name: f.labels.get(STATE_LABEL) or ("current" if f.driver_revision == revision else "upgrade-required") for f in facts}
 
 
-def _waves(cluster: Cluster, the_plan: RolloutPlan, revision: str,
-           log: Callable[[str], None]) -> tuple[list, dict, list, dict]:
-    """Run the plan wave by wave; stop after a wave in which a node failed. Returns the nodes upgraded, failed (with
-    why), left (deleted meanwhile), and each touched node's report."""
+def _waves(cluster: Cluster, waves: list, revision: str, log: Callable[[str], None],
+           restart_only: bool = False) -> tuple[list, dict, list, dict]:
+    """Run `waves` one after the other (each node on the full path, or `restart_only`); stop after a wave in which a
+    node failed. Returns the nodes done, failed (with why), left (deleted meanwhile), and each touched node's report."""
     upgraded, failed, left = [], {}, []
     reports: dict[str, dict] = {}
-    for wave in the_plan.waves:
+    done = "restarted" if restart_only else "upgraded"
+    for wave in waves:
         def one(node: str) -> Optional[NodeFailed]:
             upgrade = NodeUpgrade(cluster, node, revision, log)
             try:
-                upgrade.run()
-                reports[node] = upgrade.report("upgraded")
+                upgrade.run_restart_only() if restart_only else upgrade.run()
+                reports[node] = upgrade.report(done)
                 return None
             except NodeFailed as error:
                 failure = error
@@ -670,7 +713,7 @@ def _waves(cluster: Cluster, the_plan: RolloutPlan, revision: str,
             for node, failure in zip(wave, pool.map(one, wave), strict=True):
                 if failure is None:
                     upgraded.append(node)
-                    log(f"{node}: driver upgraded")
+                    log(f"{node}: driver {done}")
                 elif isinstance(failure, NodeLeft):
                     left.append(node)
                     log(f"{node}: {LEFT} (at {failure.step}); going on with the other nodes")
@@ -690,12 +733,18 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
     cluster = cluster or Cluster(props)
     revision = cluster.current_revision()
     nodes = list(props.get("nodes") or [])
-    the_plan = plan(cluster.facts(nodes), revision, int(props["maxParallel"]), props["maxUnavailable"])
+    target_install = cluster.install_keys().get(revision)
+    the_plan = plan(cluster.facts(nodes, target_install), revision, int(props["maxParallel"]), props["maxUnavailable"])
     repelling = set(the_plan.nodes)
     for name in sorted(set(nodes)):   # an interrupted rollout's taints go from nodes with nothing left to do
         cluster.set_pending_taint(name, name in repelling)
+    upgraded: list = []
     try:
-        upgraded, failed, left, reports = _waves(cluster, the_plan, revision, log)
+        # The restart-only nodes first: quick, and nothing is cordoned if one of them fails.
+        restarted, failed, left, reports = _waves(cluster, the_plan.restarts, revision, log, restart_only=True)
+        if not failed:
+            upgraded, failed, left_later, upgrade_reports = _waves(cluster, the_plan.waves, revision, log)
+            left, reports = left + left_later, {**reports, **upgrade_reports}
     finally:   # stopped or done: no node keeps repelling jobs
         for name in sorted(repelling):
             try:
@@ -713,16 +762,19 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
         "states": states,
         "skipped": skipped,
         "upgraded": upgraded,
+        "restarted": restarted,
         "failed": failed,
         "mostUnavailable": the_plan.most_unavailable,
         "finishedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "reports": reports,
-        "message": (
-            f"driver upgraded on {len(upgraded)} node(s)" if the_plan.waves else "every GCU node runs the current driver"
-        ) + (f"; skipped: {', '.join(sorted(skipped))}" if skipped else ""),
+        "message": ("; ".join(
+            ([f"driver upgraded on {len(upgraded)} node(s)"] if the_plan.waves else [])
+            + ([f"driver pod restarted only (nothing installed changed) on {len(restarted)} node(s)"] if the_plan.restarts else [])
+        ) or "every GCU node runs the current driver") + (f"; skipped: {', '.join(sorted(skipped))}" if skipped else ""),
     }
     if failed:
-        untouched = [n for n in the_plan.nodes if n not in upgraded and n not in failed and n not in left]
+        planned = [n for batch in the_plan.restarts for n in batch] + the_plan.nodes
+        untouched = [n for n in planned if n not in upgraded and n not in restarted and n not in failed and n not in left]
         raise RuntimeError(
             "driver upgrade stopped: " + "; ".join(f"{n} failed at {why}" for n, why in sorted(failed.items()))
             + f". The node stays in state {FAILED} ({REASON_ANNOTATION} says why), cordoned if its upgrade had begun; "
@@ -773,9 +825,10 @@ def _pending(props: dict) -> bool:
     try:
         cluster = Cluster(props)
         revision = cluster.current_revision(timeout=5)
-        facts = cluster.facts(list(props.get("nodes") or []))
+        facts = cluster.facts(list(props.get("nodes") or []), cluster.install_keys().get(revision))
         # A taint left by an interrupted rollout is work too: the update removes it.
-        return bool(plan(facts, revision, 1, "100%").waves) or any(f.pending_taint for f in facts)
+        planned = plan(facts, revision, 1, "100%")
+        return bool(planned.waves or planned.restarts) or any(f.pending_taint for f in facts)
     except ClusterMismatch:
         raise
     except Exception:  # noqa: BLE001 - the live cluster unreadable means "unknown", not "changed"
@@ -809,7 +862,7 @@ class DriverUpgradeProvider(ResourceProvider):
 
 
 class DriverUpgrade(Bundled, module="gcu", name="DriverUpgrade"):
-    """Outputs (attributes): revision, states (per node), skipped, upgraded, failed, mostUnavailable, message,
+    """Outputs (attributes): revision, states (per node), skipped, upgraded, restarted (restart-only path), failed, mostUnavailable, message,
     finishedAt (when the last rollout ended, UTC), reports (per node the last rollout touched: result, seconds, each
     state and when it began, the pods evicted)."""
 

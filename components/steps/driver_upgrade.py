@@ -82,6 +82,7 @@ DriverUpgradeSettings = one_setting("DriverUpgradeSettings", "driver_upgrade", "
 def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeInputs, kubeconfig) -> None:
     from ..providers import live_nodes
     from ..providers.driver_rollout import Cluster, describe, plan
+    from ..providers.install_key import install_key
 
     """The plan, from the live cluster, in the preview's output (and `pulumi up`'s)."""
     try:
@@ -101,7 +102,9 @@ def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeIn
         unchanged = (live["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION) == inputs.template
         # A new template: every driver pod becomes old. The same one: only pods an earlier rollout left behind.
         revision = (cluster.newest_revision(live) or "(unknown)") if unchanged else "(the new revision)"
-        facts = cluster.facts([node.name for node in nodes])
+        # What the new revision installs, from the template about to be applied (or the live one, unchanged).
+        target_install = cluster.install_keys().get(revision) if unchanged else install_key(daemonset["spec"]["template"])
+        facts = cluster.facts([node.name for node in nodes], target_install)
         old_images = sorted({c["image"] for p in cluster.driver_pods().values() for c in p["spec"]["containers"]})
         the_plan = plan(facts, revision, inputs.maxParallel, inputs.maxUnavailable)
         image = daemonset["spec"]["template"]["spec"]["containers"][0]["image"]
@@ -172,10 +175,10 @@ def declare(context: StepContext) -> StepResult:
         resource=resource,
         done=done,
         outputs={"driverUpgrade": pulumi.Output.all(
-            resource.states, resource.failed, resource.upgraded, resource.skipped, resource.reports
+            resource.states, resource.failed, resource.upgraded, resource.skipped, resource.reports, resource.restarted
         ).apply(
             lambda values: {"nodes": values[0] or {}, "failed": values[1] or {}, "upgraded": values[2] or [], "skipped": values[3] or {},
-                            "reports": values[4] or {}}
+                            "reports": values[4] or {}, "restarted": values[5] or []}
         )},
     )
 
