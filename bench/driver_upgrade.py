@@ -18,7 +18,7 @@ Ordinary pods (no GCU) are counted too: neither method may touch them.
 Then, on gcu-stack's side, a change to nothing the driver installs (its image pull policy) at 2.0: the
 restart-only path, measured the same way plus the most nodes cordoned at once. Its driver pods are replaced
 under running jobs by design: the new pod finds its version loaded and leaves the module alone, so those
-are counted apart ("driver pods restarted under a job"), not as a driver pulled.
+are counted apart (driver pods replaced, and how many under a running job), not as a driver pulled.
 """
 
 from __future__ import annotations
@@ -159,6 +159,16 @@ def wait_workloads(cluster, gcu_pods: int, ordinary: int, timeout: float = 300) 
         time.sleep(1)
 
 
+def driver_uids(cluster) -> dict[str, str]:
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", "kube-system", "-l", "app.kubernetes.io/component=driver", "-o", "json").stdout)["items"]
+    return {p["spec"]["nodeName"]: p["metadata"]["uid"] for p in pods if p["spec"].get("nodeName")}
+
+
+def job_nodes(cluster) -> set[str]:
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", "default", "-l", "app=training", "-o", "json").stdout)["items"]
+    return {p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName") and (p.get("status") or {}).get("phase") == "Running"}
+
+
 def figures(watch: Watch, seconds: float) -> dict:
     return {"seconds": seconds, "most_unavailable": watch.most_unavailable, "most_cordoned": watch.most_cordoned,
             "gcu_disturbed": watch.gcu_disturbed, "gcu_ended": len(set(watch.gcu_seen) - watch.gcu_uids_end), "moved_twice": watch.moved_twice,
@@ -194,10 +204,15 @@ def run(nodes: int, max_parallel: int, max_unavailable: str) -> None:
             if method.startswith("gcu-stack"):
                 wait_workloads(cluster, gcu_pods, ordinary)
                 set_json_config(stack, "spec", spec("2.0", imagePullPolicy="Always"))
+                drivers_before, jobs_on = driver_uids(cluster), job_nodes(cluster)
                 with Watch(cluster, gcu_nodes) as watch:
                     started = time.perf_counter()
                     stack.up(on_output=lambda _: None)
-                    cosmetic = figures(watch, time.perf_counter() - started)
+                    seconds = time.perf_counter() - started
+                cosmetic = figures(watch, seconds)
+                drivers_after = driver_uids(cluster)
+                replaced = {n for n, uid in drivers_before.items() if drivers_after.get(n) != uid}
+                cosmetic.update(replaced=len(replaced), under_job=len(replaced & jobs_on & job_nodes(cluster)))
             cluster.kubectl("delete", "deployment", "training", "web", "-n", "default", "--wait=true")
             stack.destroy(on_output=lambda _: None)
     ours, theirs = results.values()
@@ -218,8 +233,8 @@ def run(nodes: int, max_parallel: int, max_unavailable: str) -> None:
           f"most nodes unavailable {ratio(ours['most_unavailable'], theirs['most_unavailable'])}")
     print("then a change to nothing the driver installs (driver imagePullPolicy IfNotPresent -> Always), gcu-stack restart-only path:")
     print(f"  wall {cosmetic['seconds']:.1f} s; most nodes cordoned {cosmetic['most_cordoned']}; GCU pods evicted or deleted "
-          f"{cosmetic['gcu_ended']}; other pods {cosmetic['web_disturbed']}; driver pods restarted under a job "
-          f"{cosmetic['driver_pulled']} (module kept loaded); no plugin node·s {cosmetic['plugin_down']:.0f}")
+          f"{cosmetic['gcu_ended']}; other pods {cosmetic['web_disturbed']}; driver pods replaced {cosmetic['replaced']}, "
+          f"{cosmetic['under_job']} of them under a running job (module kept loaded); no plugin node·s {cosmetic['plugin_down']:.0f}")
 
 
 def main() -> None:
