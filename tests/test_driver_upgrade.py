@@ -244,6 +244,27 @@ def test_a_change_to_nothing_the_driver_installs_restarts_its_pods_without_cordo
     assert install_key(upgrade["spec"]["template"]) != install_key(cosmetic["spec"]["template"])
 
 
+def test_a_node_stopped_after_its_new_driver_pod_started_is_finished_by_the_next_rollout(cluster):
+    apply(cluster, [manifest("driver", version="3.3")])
+    api = du.Cluster(props(cluster))
+    revision = api.current_revision()
+    first = wave_order(cluster, GCU_NODES)[0]
+    half = du.NodeUpgrade(api, first, revision, lambda _: None)
+    half.state(du.UPGRADE_REQUIRED)
+    half.cordon()
+    half.evict()
+    half.pause_operands()
+    half.restart_driver()   # `pulumi up` killed here: the new driver runs, the node is cordoned, its agents paused
+    assert api.driver_pods()[first]["metadata"]["labels"][du.REVISION_LABEL] == revision
+    assert node(cluster, first)["metadata"]["labels"][du.STATE_LABEL] == du.RESTARTING
+    outputs = du.rollout(props(cluster))
+    assert outputs["upgraded"][0] == first and sorted(outputs["upgraded"]) == GCU_NODES
+    finished = node(cluster, first)
+    assert not finished["spec"].get("unschedulable") and finished["metadata"]["labels"][du.STATE_LABEL] == du.DONE
+    assert du.PAUSED_ANNOTATION not in (finished["metadata"].get("annotations") or {})
+    assert "enflame.com/gcu.deploy.devicePlugin" not in finished["metadata"]["labels"]   # its agents back as they were
+
+
 def test_what_the_driver_installs_is_told_apart_from_what_it_does_not():
     template = manifest("driver", version="1.0", env=[{"name": "WITH_REBOOT", "value": "false"}])["spec"]["template"]
     key = install_key(template)
@@ -281,6 +302,23 @@ def test_only_a_node_no_rollout_is_at_takes_the_restart_only_path():
     planned = du.plan(facts, "rev-2", 1, "100%")
     assert planned.restarts == [["idle"]]
     assert planned.nodes == ["cordoned-by-us", "failed-before", "new-version"]
+
+
+def test_a_node_an_interrupted_rollout_left_half_done_is_finished_even_with_its_new_driver_pod_in_place():
+    # The CI failure this pins: `pulumi up` killed while a node was in `restarting-driver`, after its new driver pod had
+    # been created. The next run took the node as current and left it cordoned, its agents paused, in that state.
+    at_target = dict(driver_revision="rev-2")
+    facts = [
+        du.NodeFacts("killed-restarting", unschedulable=True, labels={du.STATE_LABEL: du.RESTARTING},
+                     annotations={du.CORDONED_ANNOTATION: "true", du.PAUSED_ANNOTATION: "{}"}, **at_target),
+        du.NodeFacts("operator-cordoned-paused", unschedulable=True, labels={du.STATE_LABEL: du.VALIDATING},
+                     annotations={du.PAUSED_ANNOTATION: "{}"}, **at_target),
+        du.NodeFacts("restart-only-killed", labels={du.STATE_LABEL: du.RESTARTING}, **at_target),
+        du.NodeFacts("finished", labels={du.STATE_LABEL: du.DONE}, **at_target),
+    ]
+    planned = du.plan(facts, "rev-2", 1, "100%")
+    assert planned.nodes == ["killed-restarting", "operator-cordoned-paused"]   # the full path, the cordoned one first
+    assert planned.restarts == [["restart-only-killed"]] and planned.current == ["finished"]
 
 
 def test_delete_leaves_nothing_of_ours_even_mid_upgrade(cluster):

@@ -172,6 +172,11 @@ def ours_cordoned(facts: NodeFacts) -> bool:
     return facts.annotations.get(CORDONED_ANNOTATION) == "true"
 
 
+def full_path_begun(facts: NodeFacts) -> bool:
+    """An interrupted rollout cordoned the node or paused its agents: only the full path puts that back."""
+    return ours_cordoned(facts) or PAUSED_ANNOTATION in facts.annotations
+
+
 def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailable: Any) -> RolloutPlan:
     """Which nodes to upgrade, in which waves, moving which pods; which only restart their driver pod; which are
     skipped and why."""
@@ -184,10 +189,13 @@ def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailab
             # A node a rollout is still at (e.g. failed with its old pod deleted) is finished, not skipped: its new
             # pod may simply not be there yet.
             skipped[node.name] = "no driver pod on the node (its nodeSelector or an opt-out label keeps it off)"
-        elif node.driver_revision == revision and node.labels.get(STATE_LABEL) != FAILED:
+        elif node.driver_revision == revision and node.labels.get(STATE_LABEL) in (None, DONE):
             current.append(node.name)
-        elif node.same_install and node.labels.get(STATE_LABEL) in (None, DONE) and not ours_cordoned(node):
-            restarts.append(node.name)   # not mid-upgrade either: a resumed node takes the full path
+        elif full_path_begun(node) or node.labels.get(STATE_LABEL) == FAILED:
+            todo.append(node)   # resumed on the full path, even when its new driver pod is already there
+        elif node.same_install or node.driver_revision == revision:
+            # Nothing installed changes, or a restart-only pass stopped after replacing the pod: a restart finishes it.
+            restarts.append(node.name)
         else:
             todo.append(node)
     # A node cordoned by someone else is unavailable already; one cordoned by an interrupted rollout is ours.
