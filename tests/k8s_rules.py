@@ -181,6 +181,30 @@ def host_path(path: str) -> bool:
     return path.startswith("/") and ".." not in path.split("/")
 
 
+def maintenance_window(window: dict) -> bool:
+    """A driver maintenance window: HH:MM clock times (24:00 only as an end), start and end apart, English day
+    abbreviations, and a zone of the IANA database as installed (a TZif file under /usr/share/zoneinfo)."""
+    import os
+
+    def clock(text, end: bool) -> bool:
+        if not isinstance(text, str) or len(text) != 5 or text[2] != ":" or not (text[:2] + text[3:]).isdigit():
+            return False
+        hours, minutes = int(text[:2]), int(text[3:])
+        return (hours < 24 and minutes < 60) or (end and text == "24:00")
+
+    zone = window.get("timeZone", "UTC")
+    zone_file = os.path.join("/usr/share/zoneinfo", zone) if isinstance(zone, str) and zone and ".." not in zone.split("/") \
+        and not zone.startswith("/") else ""
+    try:
+        with open(zone_file, "rb") as file:
+            zone_ok = file.read(4) == b"TZif"
+    except OSError:
+        zone_ok = False
+    days = window.get("days", ["Mon"])
+    return (clock(window.get("start"), False) and clock(window.get("end"), True) and window.get("start") != window.get("end")
+            and zone_ok and bool(days) and all(d in ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun") for d in days))
+
+
 def helm_release_name(name: str) -> bool:
     return len(name) <= 53 and _SUBDOMAIN.fullmatch(name) is not None
 

@@ -244,6 +244,32 @@ def test_a_change_to_nothing_the_driver_installs_restarts_its_pods_without_cordo
     assert install_key(upgrade["spec"]["template"]) != install_key(cosmetic["spec"]["template"])
 
 
+def test_a_rollout_paused_by_its_window_leaves_the_rest_untouched_and_the_next_one_continues(cluster, monkeypatch):
+    apply(cluster, [manifest("driver", version="3.2")])
+    api = du.Cluster(props(cluster))
+    order = wave_order(cluster, GCU_NODES)
+    before = {name: pod["metadata"]["uid"] for name, pod in api.driver_pods().items()}
+    asked: list = []
+
+    def gate(props_, started, now=None):   # the window closes once the first wave has started
+        asked.append(started)
+        return "outside the maintenance windows; the next opens Sat" if len(asked) > 2 else None
+
+    monkeypatch.setattr(du, "wave_gate", gate)
+    outputs = du.rollout(props(cluster))
+    assert outputs["upgraded"] == order[:1] and outputs["failed"] == {}
+    assert outputs["paused"] == f"outside the maintenance windows; the next opens Sat; waiting: {', '.join(order[1:])}"
+    assert "3 node(s) wait for the next `pulumi up`" in outputs["message"]
+    drivers = api.driver_pods()
+    for name in order[1:]:   # not started: same driver pod, schedulable, no taint of ours
+        assert drivers[name]["metadata"]["uid"] == before[name], name
+        assert not node(cluster, name)["spec"].get("unschedulable"), name
+    assert pending_tainted(cluster) == set()
+    monkeypatch.undo()
+    outputs = du.rollout(props(cluster))   # no windows: the rest, the finished node not again
+    assert outputs["upgraded"] == order[1:] and outputs["paused"] == ""
+
+
 def test_a_node_stopped_after_its_new_driver_pod_started_is_finished_by_the_next_rollout(cluster):
     apply(cluster, [manifest("driver", version="3.3")])
     api = du.Cluster(props(cluster))

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from driver_fixtures import (
@@ -156,6 +157,42 @@ def test_4a_a_change_to_nothing_the_driver_installs_restarts_its_pods_with_no_co
     assert all(after[n]["metadata"]["uid"] != before[n]["metadata"]["uid"] for n in GCU_NODES)
     assert {p["spec"]["containers"][0]["imagePullPolicy"] for p in after.values()} == {"Always"}
     assert outputs(stack)["phase"] == "Running"
+
+
+def test_4a2_outside_its_maintenance_window_up_starts_no_wave_and_the_next_up_inside_one_finishes(upgrade):
+    stack, cluster, root, policy_config = upgrade
+    now = datetime.now(timezone.utc)
+
+    def window(start_hours: float, end_hours: float) -> dict:   # every day, in UTC, relative to now
+        return {"start": (now + timedelta(hours=start_hours)).strftime("%H:%M"),
+                "end": (now + timedelta(hours=end_hours)).strftime("%H:%M"), "timeZone": "UTC"}
+
+    set_json_config(stack, "driverUpgrade", {"driverReadyTimeoutSeconds": 20, "windows": [window(3, 4)]})
+    set_json_config(stack, "spec", spec("3.1"))
+    preview = stack.preview(policy_packs=[str(root / "project" / "policies")], policy_pack_configs=[str(policy_config)])
+    assert "no wave starts now: outside the maintenance windows; the next opens" in preview.stdout, preview.stdout
+    before = {name: pod["metadata"]["uid"] for name, pod in driver_pods(cluster).items()}
+    with CordonWatch(cluster) as watch:
+        stack.up(on_output=lambda _: None)
+    assert watch.most == 0
+    out = outputs(stack)["driverUpgrade"]
+    assert out["upgraded"] == [] and out["failed"] == {}
+    assert out["paused"].startswith("outside the maintenance windows; the next opens"), out
+    assert out["paused"].endswith(f"waiting: {', '.join(wave_order(cluster, GCU_NODES))}"), out
+    assert {name: pod["metadata"]["uid"] for name, pod in driver_pods(cluster).items()} == before
+    assert pending_tainted(cluster) == set()
+    # Everything else was applied: the driver DaemonSet carries 3.1, for the next window.
+    daemonset = json.loads(cluster.kubectl("get", "ds", "enflame-gcu-driver", "-n", "kube-system", "-o", "json").stdout)
+    assert daemonset["spec"]["template"]["spec"]["containers"][0]["image"].endswith("gcu-driver:3.1")
+
+    order = wave_order(cluster, GCU_NODES)
+    set_json_config(stack, "driverUpgrade", {"driverReadyTimeoutSeconds": 20, "windows": [window(-1, 2)]})
+    stack.up(on_output=lambda _: None)
+    out = outputs(stack)["driverUpgrade"]
+    assert out["upgraded"] == order and out["paused"] == "" and out["failed"] == {}
+    assert {p["spec"]["containers"][0]["image"] for p in driver_pods(cluster).values()} == {
+        "artifact.enflame.cn/galaxy_docker_hub/gcu/gcu-driver:3.1"}
+    set_json_config(stack, "driverUpgrade", {"driverReadyTimeoutSeconds": 20})
 
 
 def driver_pods(cluster) -> dict[str, dict]:

@@ -106,6 +106,16 @@ def test_seed_json_and_inline_config_text_round_trip():
         ({"containerd": {"restartCommand": []}}, "gcu-stack:containerd.restartCommand: a command is a non-empty list of non-empty words (got [])"),
         ({"dockerRuntime": {"restartCommand": ["systemctl", "", "docker"]}}, "gcu-stack:dockerRuntime.restartCommand"),
         ({"containerd": {"dropin": "/etc/containerd/conf.d/99\x00.toml"}}, "contains a control character"),
+        # maintenance windows: each field named, before anything is declared
+        ({"driverUpgrade": {"windows": [{"start": "25:00", "end": "05:00"}]}},
+         "gcu-stack:driverUpgrade.windows[0].start: '25:00': a time of day as HH:MM"),
+        ({"driverUpgrade": {"windows": [{"start": "01:00", "end": "05:00", "timeZone": "Asia/Shangai"}]}},
+         "gcu-stack:driverUpgrade.windows[0].timeZone: 'Asia/Shangai' is not an IANA time zone"),
+        ({"driverUpgrade": {"windows": [{"days": ["Saturday"], "start": "01:00", "end": "05:00"}]}},
+         "gcu-stack:driverUpgrade.windows[0].days[0]"),
+        ({"driverUpgrade": {"windows": [{"start": "03:00", "end": "03:00"}]}}, "a whole day is 00:00 to 24:00"),
+        ({"driverUpgrade": {"windows": [{"start": "01:00"}]}}, "gcu-stack:driverUpgrade.windows[0].end"),
+        ({"driverUpgrade": {"maxDurationMinutes": -5}}, "gcu-stack:driverUpgrade.maxDurationMinutes"),
     ],
 )
 def test_bad_provider_settings_name_the_setting(config, expected):

@@ -44,6 +44,10 @@ PERCENT_OR_COUNT = st.sampled_from(["25%", "1", "0", 3, "100%", "150%", "x", "-1
 NAMESPACES = st.sampled_from(["gcu-validation", "kube-system", "Bad", "n" * 64, ""])
 NODE_PORTS = st.sampled_from([30000, 30018, 32767, 32766, 8080, 40000, 0])
 QUANTITIES = st.sampled_from(["10Gi", "500Mi", "1", "ten", "-1Gi", "1.5Ti"])
+CLOCKS = st.sampled_from(["01:00", "00:00", "23:59", "24:00", "5:00", "25:00", "12:60", "noon", ""])
+ZONES = st.sampled_from(["UTC", "Asia/Shanghai", "Europe/Berlin", "Asia/Shangai", "../etc/passwd", "", "CET"])
+WINDOWS = st.lists(st.fixed_dictionaries({"start": CLOCKS, "end": CLOCKS}, optional={
+    "days": st.lists(st.sampled_from(["Mon", "Sat", "Sun", "Saturday", "sat"]), max_size=3), "timeZone": ZONES}), max_size=2)
 
 SETTINGS = {
     "gcuNodes": st.fixed_dictionaries({}, optional={
@@ -52,7 +56,8 @@ SETTINGS = {
         "maxParallel": COUNTS, "maxUnavailable": PERCENT_OR_COUNT,
         "waitForCompletion": st.fixed_dictionaries({}, optional={"selector": SELECTORS, "timeoutSeconds": DURATIONS}),
         "evictionTimeoutSeconds": DURATIONS, "drain": st.fixed_dictionaries({}, optional={"enabled": st.booleans(), "timeoutSeconds": DURATIONS}),
-        "driverReadyTimeoutSeconds": DURATIONS, "operandReadyTimeoutSeconds": DURATIONS}),
+        "driverReadyTimeoutSeconds": DURATIONS, "operandReadyTimeoutSeconds": DURATIONS,
+        "windows": WINDOWS, "maxDurationMinutes": DURATIONS}),
     "validation": st.fixed_dictionaries({}, optional={
         "enabled": st.booleans(), "mode": st.sampled_from(["fail", "warn", "loud"]), "timeoutSeconds": DURATIONS,
         "workload": st.booleans(), "sampleSize": COUNTS, "parallel": COUNTS, "workloadTimeoutSeconds": DURATIONS,
@@ -132,6 +137,10 @@ def _resource_problems(run: harness.Run) -> list[str]:
         # (0: no limit. The engine's mocks hand numbers on as floats.)
         if not (_number(wait.get("timeoutSeconds")) and wait["timeoutSeconds"] >= 0 and float(wait["timeoutSeconds"]).is_integer()):
             problems.append(f"driverUpgrade.waitForCompletion.timeoutSeconds: {wait.get('timeoutSeconds')!r}")
+        problems += [f"driverUpgrade.windows: {w!r}" for w in inputs.get("windows") or [] if not k8s_rules.maintenance_window(w)]
+        minutes = inputs.get("maxDurationMinutes")
+        if minutes is not None and not (_positive(minutes) and float(minutes).is_integer()):
+            problems.append(f"driverUpgrade.maxDurationMinutes: {minutes!r}")
     for validation in run.of_type("pulumi-python:dynamic/gcu:GcuValidation"):
         inputs = validation.inputs
         if inputs.get("image") is not None and not k8s_rules.image_reference(inputs["image"]):

@@ -29,6 +29,11 @@ resources, tolerations, pull policy...) takes the restart-only path: the node's 
 replaced, finds its version loaded and does nothing, with no cordon, eviction or taint. Those
 nodes go first, in batches of maxUnavailable (or maxParallel, if larger), as they stay available.
 
+With maintenance windows (`windows`, components/providers/windows.py) or `maxDurationMinutes`,
+a wave (or restart batch) starts only inside a window and within that duration of the rollout's
+start; one under way finishes. The rest waits, untouched and without our taint: `pulumi up`
+succeeds saying when the next window opens, and the next `up` continues.
+
 `plan()` is pure: the preview prints it, the rollout follows it wave by wave.
 """
 
@@ -39,6 +44,7 @@ import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
@@ -47,6 +53,7 @@ from ..names import DEPLOY_LABEL_PREFIX, PAUSED_FOR_DRIVER_UPGRADE
 from .bundled import Bundled, bundled_diff, changed_inputs, engine_log, inputs_of
 from .cluster import ClusterMismatch, checked_api
 from .install_key import install_key
+from .windows import window_state
 
 STATE_LABEL = "enflame.com/gcu.driver-upgrade-state"
 SKIP_LABEL = "enflame.com/gcu.driver-upgrade.skip"
@@ -119,10 +126,13 @@ class DriverUpgradeInputs:
     kubeconfig: Any = None
     context: Optional[str] = None
     clusterUid: Any = None  # the stack's cluster (ClusterGuard's kube-system UID): any other is refused
+    windows: Optional[list] = None  # maintenance windows ({days, start, end, timeZone}); None: any time
+    maxDurationMinutes: Optional[int] = None  # no wave starts later in a rollout; None: no limit
 
 
 INPUTS = tuple(DriverUpgradeInputs.__dataclass_fields__)
-OUTPUTS = ("revision", "states", "skipped", "upgraded", "restarted", "failed", "mostUnavailable", "message", "finishedAt", "reports")
+OUTPUTS = ("revision", "states", "skipped", "upgraded", "restarted", "failed", "paused", "mostUnavailable", "message", "finishedAt",
+           "reports")
 
 
 # ---------------------------------------------------------------------------- the plan (pure)
@@ -235,8 +245,9 @@ def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailab
     )
 
 
-def describe(plan_: RolloutPlan, image: str, old_images: list[str], max_parallel: int, max_unavailable: Any) -> list[str]:
-    """The plan as the preview prints it, one line each."""
+def describe(plan_: RolloutPlan, image: str, old_images: list[str], max_parallel: int, max_unavailable: Any,
+             schedule: Optional[str] = None) -> list[str]:
+    """The plan as the preview prints it, one line each; `schedule`: when its waves may start (windows_note)."""
     lines = []
     if not plan_.waves and not plan_.restarts:
         lines.append(f"driver: all {len(plan_.current)} GCU node(s) run the current driver; nothing to upgrade")
@@ -256,6 +267,8 @@ def describe(plan_: RolloutPlan, image: str, old_images: list[str], max_parallel
             lines.append(f"  wave {i}: " + "; ".join(parts))
         lines.append(f"  until its wave, each node carries the taint {PENDING_TAINT['key']}:{PENDING_TAINT['effect']}, "
                      "so evicted jobs go to upgraded nodes")
+    if schedule and (plan_.waves or plan_.restarts):
+        lines.append(f"  {schedule}")
     for node, why in sorted(plan_.skipped.items()):
         lines.append(f"  skipped: {node}: {why}")
     lines.append(
@@ -263,6 +276,26 @@ def describe(plan_: RolloutPlan, image: str, old_images: list[str], max_parallel
         f"({plan_.already} already unschedulable; maxParallel {max_parallel}, maxUnavailable {max_unavailable} = {plan_.budget})"
     )
     return lines
+
+
+def windows_note(windows: Optional[list], max_minutes: Optional[int], now: Optional[datetime] = None) -> Optional[str]:
+    """When the waves may start, for the preview: None without windows or a duration limit."""
+    if not windows and not max_minutes:
+        return None
+    limit = f"; none starts more than {max_minutes} minute(s) into the rollout" if max_minutes else ""
+    state = window_state(windows or [], now or datetime.now(timezone.utc))
+    if state.open:
+        return f"waves start now: {state.describe()}{limit}" if windows else f"waves start now{limit}"
+    return f"no wave starts now: {state.describe()}; `pulumi up` then does the rest and the next one in a window continues"
+
+
+def wave_gate(props: dict, started: float, now: Callable[[], float] = time.time) -> Optional[str]:
+    """Why no further wave may start (a closed window, the rollout's maxDurationMinutes spent); None: it may."""
+    minutes = props.get("maxDurationMinutes")
+    if minutes and now() - started >= float(minutes) * 60:
+        return f"maxDurationMinutes ({minutes:g}) reached"
+    state = window_state(props.get("windows") or [], datetime.fromtimestamp(now(), timezone.utc))
+    return None if state.open else state.describe()
 
 
 # ---------------------------------------------------------------------------- the cluster
@@ -693,14 +726,30 @@ def node_states(facts: list, revision: Optional[str]) -> dict[str, str]:
     return {f.name: f.labels.get(STATE_LABEL) or ("current" if f.driver_revision == revision else "upgrade-required") for f in facts}
 
 
-def _waves(cluster: Cluster, waves: list, revision: str, log: Callable[[str], None],
-           restart_only: bool = False) -> tuple[list, dict, list, dict]:
-    """Run `waves` one after the other (each node on the full path, or `restart_only`); stop after a wave in which a
-    node failed. Returns the nodes done, failed (with why), left (deleted meanwhile), and each touched node's report."""
-    upgraded, failed, left = [], {}, []
-    reports: dict[str, dict] = {}
+@dataclass
+class Progress:
+    """What waves did: nodes done, failed (with why), left (deleted meanwhile), each touched node's report, and why
+    the waves after stopped without a failure (a closed window)."""
+
+    done: list = field(default_factory=list)
+    failed: dict = field(default_factory=dict)
+    left: list = field(default_factory=list)
+    reports: dict = field(default_factory=dict)
+    paused: Optional[str] = None
+
+
+def _waves(cluster: Cluster, waves: list, revision: str, log: Callable[[str], None], restart_only: bool = False,
+           gate: Callable[[], Optional[str]] = lambda: None) -> Progress:
+    """Run `waves` one after the other (each node on the full path, or `restart_only`), each only when `gate` lets it
+    start; stop after a wave in which a node failed."""
+    progress = Progress()
+    upgraded, failed, left, reports = progress.done, progress.failed, progress.left, progress.reports
     done = "restarted" if restart_only else "upgraded"
     for wave in waves:
+        progress.paused = gate()
+        if progress.paused:
+            log(f"driver rollout paused before {', '.join(wave)}: {progress.paused}")
+            break
         def one(node: str) -> Optional[NodeFailed]:
             upgrade = NodeUpgrade(cluster, node, revision, log)
             try:
@@ -733,7 +782,7 @@ def _waves(cluster: Cluster, waves: list, revision: str, log: Callable[[str], No
                         pass
         if failed:
             break
-    return upgraded, failed, left, reports
+    return progress
 
 
 def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: Optional[Cluster] = None) -> dict:
@@ -743,16 +792,17 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
     nodes = list(props.get("nodes") or [])
     target_install = cluster.install_keys().get(revision)
     the_plan = plan(cluster.facts(nodes, target_install), revision, int(props["maxParallel"]), props["maxUnavailable"])
-    repelling = set(the_plan.nodes)
+    started = time.time()
+    gate = lambda: wave_gate(props, started)  # noqa: E731
+    # Outside a window nothing starts: no node repels jobs for a rollout that is not running.
+    repelling = set(the_plan.nodes) if gate() is None else set()
     for name in sorted(set(nodes)):   # an interrupted rollout's taints go from nodes with nothing left to do
         cluster.set_pending_taint(name, name in repelling)
-    upgraded: list = []
     try:
         # The restart-only nodes first: quick, and nothing is cordoned if one of them fails.
-        restarted, failed, left, reports = _waves(cluster, the_plan.restarts, revision, log, restart_only=True)
-        if not failed:
-            upgraded, failed, left_later, upgrade_reports = _waves(cluster, the_plan.waves, revision, log)
-            left, reports = left + left_later, {**reports, **upgrade_reports}
+        restarts = _waves(cluster, the_plan.restarts, revision, log, restart_only=True, gate=gate)
+        upgrades = _waves(cluster, the_plan.waves, revision, log, gate=gate) if not (restarts.failed or restarts.paused) else \
+            Progress(paused=restarts.paused)
     finally:   # stopped or done: no node keeps repelling jobs
         for name in sorted(repelling):
             try:
@@ -760,8 +810,13 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
             except Exception as error:  # noqa: BLE001 - the rollout's own error (if any) is the one to report
                 log(f"{name}: could not remove the taint {PENDING_TAINT['key']} ({error}); the next `pulumi up` or "
                     "destroy removes it")
+    upgraded, restarted, paused = upgrades.done, restarts.done, upgrades.paused
+    failed, left = {**restarts.failed, **upgrades.failed}, restarts.left + upgrades.left
+    planned = [n for batch in the_plan.restarts for n in batch] + the_plan.nodes
+    untouched = [n for n in planned if n not in upgraded and n not in restarted and n not in failed and n not in left]
     if not failed:
-        wait_driver_ready(cluster, revision, [n for n in nodes if n not in the_plan.skipped and n not in left],
+        waiting = set(untouched) if paused else set()
+        wait_driver_ready(cluster, revision, [n for n in nodes if n not in the_plan.skipped and n not in left and n not in waiting],
                           float(props["driverReadyTimeoutSeconds"]))
     skipped = {**the_plan.skipped, **{n: LEFT for n in left}}
     states = node_states(cluster.facts(nodes), revision)
@@ -772,17 +827,20 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
         "upgraded": upgraded,
         "restarted": restarted,
         "failed": failed,
+        "paused": f"{paused}; waiting: {', '.join(untouched)}" if paused and untouched else "",
         "mostUnavailable": the_plan.most_unavailable,
         "finishedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "reports": reports,
+        "reports": {**restarts.reports, **upgrades.reports},
         "message": ("; ".join(
             ([f"driver upgraded on {len(upgraded)} node(s)"] if the_plan.waves else [])
             + ([f"driver pod restarted only (nothing installed changed) on {len(restarted)} node(s)"] if the_plan.restarts else [])
+            + ([f"paused ({paused}): {len(untouched)} node(s) wait for the next `pulumi up`"] if paused and untouched else [])
         ) or "every GCU node runs the current driver") + (f"; skipped: {', '.join(sorted(skipped))}" if skipped else ""),
     }
+    if paused and untouched:
+        log(f"driver rollout paused: {paused}; {len(untouched)} node(s) wait ({', '.join(untouched)}); "
+            "the next `pulumi up` (inside a window, with windows) continues")
     if failed:
-        planned = [n for batch in the_plan.restarts for n in batch] + the_plan.nodes
-        untouched = [n for n in planned if n not in upgraded and n not in restarted and n not in failed and n not in left]
         raise RuntimeError(
             "driver upgrade stopped: " + "; ".join(f"{n} failed at {why}" for n, why in sorted(failed.items()))
             + f". The node stays in state {FAILED} ({REASON_ANNOTATION} says why), cordoned if its upgrade had begun; "

@@ -10,10 +10,10 @@ eviction moves, skipped nodes and why, and the most nodes unavailable at once.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 import pulumi
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..config import one_setting
 from ..manifests import TEMPLATE_HASH_ANNOTATION
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from ..providers.driver_rollout import DriverUpgradeInputs
 
 PERCENT_OR_COUNT = re.compile(r"^([0-9]+|[0-9]{1,3}%)$")
+CLOCK = re.compile(r"^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$")
+Day = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 
 
 class WaitForCompletion(BaseModel):
@@ -53,6 +55,44 @@ class Drain(BaseModel):
     timeout_seconds: int = Field(300, alias="timeoutSeconds", ge=10)
 
 
+class Window(BaseModel):
+    """A maintenance window: driver waves start only inside one (components/providers/windows.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # The days it opens on; an end not after its start closes the next day (22:00-02:00).
+    days: list[Day] = Field(default_factory=lambda: ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"], min_length=1)
+    start: str
+    end: str
+    time_zone: str = Field("UTC", alias="timeZone")
+
+    @field_validator("start", "end")
+    @classmethod
+    def _clock(cls, value: str) -> str:
+        if not isinstance(value, str) or not CLOCK.match(value):
+            raise ValueError(f"{value!r}: a time of day as HH:MM, 00:00 to 24:00")
+        return value
+
+    @field_validator("time_zone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{value!r} is not an IANA time zone (such as Asia/Shanghai or UTC)") from None
+        return value
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> "Window":
+        if self.start == "24:00":
+            raise ValueError("start: 24:00 is the end of a day; start at 00:00")
+        if self.start == self.end:
+            raise ValueError(f"start and end are both {self.start}: a whole day is 00:00 to 24:00")
+        return self
+
+
 class DriverUpgradeOptions(BaseModel):
     """`gcu-stack:driverUpgrade`: how a driver change rolls over the GCU nodes."""
 
@@ -66,6 +106,10 @@ class DriverUpgradeOptions(BaseModel):
     drain: Drain = Field(default_factory=Drain)
     driver_ready_timeout_seconds: int = Field(600, alias="driverReadyTimeoutSeconds", ge=10)
     operand_ready_timeout_seconds: int = Field(300, alias="operandReadyTimeoutSeconds", ge=10)
+    # Waves start only inside one of these (none: any time); the next `up` in a window continues.
+    windows: list[Window] = Field(default_factory=list)
+    # No wave starts after this many minutes of a rollout (0: no limit); the next `up` continues.
+    max_duration_minutes: int = Field(0, alias="maxDurationMinutes", ge=0)
 
     @field_validator("max_unavailable", mode="before")
     @classmethod
@@ -81,7 +125,7 @@ DriverUpgradeSettings = one_setting("DriverUpgradeSettings", "driver_upgrade", "
 
 def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeInputs, kubeconfig) -> None:
     from ..providers import live_nodes
-    from ..providers.driver_rollout import Cluster, describe, plan
+    from ..providers.driver_rollout import Cluster, describe, plan, windows_note
     from ..providers.install_key import install_key
 
     """The plan, from the live cluster, in the preview's output (and `pulumi up`'s)."""
@@ -108,7 +152,9 @@ def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeIn
         old_images = sorted({c["image"] for p in cluster.driver_pods().values() for c in p["spec"]["containers"]})
         the_plan = plan(facts, revision, inputs.maxParallel, inputs.maxUnavailable)
         image = daemonset["spec"]["template"]["spec"]["containers"][0]["image"]
-        for line in describe(the_plan, image if isinstance(image, str) else "the new driver", old_images, inputs.maxParallel, inputs.maxUnavailable):
+        schedule = windows_note(inputs.windows, inputs.maxDurationMinutes)
+        for line in describe(the_plan, image if isinstance(image, str) else "the new driver", old_images, inputs.maxParallel,
+                             inputs.maxUnavailable, schedule):
             pulumi.log.info(line)
     except Exception as error:  # noqa: BLE001 - a preview without cluster access still previews
         pulumi.log.warn(f"driver upgrade plan: the live cluster could not be read ({error}); the rollout reads it when it runs")
@@ -159,6 +205,9 @@ def declare(context: StepContext) -> StepResult:
         driverReadyTimeoutSeconds=options.driver_ready_timeout_seconds,
         operandReadyTimeoutSeconds=options.operand_ready_timeout_seconds,
         validation=validation,
+        # None when unset: a stack of an earlier release sees no change.
+        windows=[w.model_dump(by_alias=True) for w in options.windows] or None,
+        maxDurationMinutes=options.max_duration_minutes or None,
         kubeconfig=context.cluster.kubeconfig,
         context=context.cluster.context,
         clusterUid=context.cluster.uid,
@@ -175,10 +224,10 @@ def declare(context: StepContext) -> StepResult:
         resource=resource,
         done=done,
         outputs={"driverUpgrade": pulumi.Output.all(
-            resource.states, resource.failed, resource.upgraded, resource.skipped, resource.reports, resource.restarted
+            resource.states, resource.failed, resource.upgraded, resource.skipped, resource.reports, resource.restarted, resource.paused
         ).apply(
             lambda values: {"nodes": values[0] or {}, "failed": values[1] or {}, "upgraded": values[2] or [], "skipped": values[3] or {},
-                            "reports": values[4] or {}, "restarted": values[5] or []}
+                            "reports": values[4] or {}, "restarted": values[5] or [], "paused": values[6] or ""}
         )},
     )
 
