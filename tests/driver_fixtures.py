@@ -71,9 +71,42 @@ def ordinary(name: str) -> dict:
 
 def all_ready(cluster, selector: str, count: int, namespace: str = "default") -> bool:
     found = [p for p in pods(cluster, selector, namespace) if not p["metadata"].get("deletionTimestamp")]
-    return len(found) == count and all(
-        any(c["type"] == "Ready" and c["status"] == "True" for c in (p.get("status") or {}).get("conditions") or []) for p in found
-    )
+    return len(found) == count and all(_ready(p) for p in found)
+
+
+NODE_CONTROLLER_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+AGENTS = ("app.kubernetes.io/name=enflame-gcu-driver", "app.kubernetes.io/name=enflame-gcu-k8s-plugin")
+
+
+def settled(cluster, nodes: list[str], jobs: str = "training") -> bool:
+    """What a rollout test starts from, whatever the test before it left settling: every node Ready and untainted by
+    the node controller, a Ready driver and device plugin pod on each, every pod of the `jobs` Deployment (if any) Ready."""
+    items = {n["metadata"]["name"]: n for n in json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]}
+    for name in nodes:
+        found = items.get(name)
+        if found is None or du.not_ready(found) is not None:
+            return False
+        if any(t.get("key") in NODE_CONTROLLER_TAINTS for t in found["spec"].get("taints") or []):
+            return False
+    for selector in AGENTS:
+        ready_on = {p["spec"].get("nodeName") for p in pods(cluster, selector, "kube-system")
+                    if not p["metadata"].get("deletionTimestamp") and _ready(p)}
+        if not set(nodes) <= ready_on:
+            return False
+    deployments = json.loads(cluster.kubectl("get", "deployments", "-n", "default", "-o", "json").stdout)["items"]
+    wanted = [d["spec"]["replicas"] for d in deployments if d["metadata"]["name"] == jobs]
+    return not wanted or all_ready(cluster, f"app={jobs}", wanted[0])
+
+
+def wait_settled(cluster, nodes: list[str]) -> None:
+    from realnode_fixtures import wait_until
+
+    wait_until(lambda: settled(cluster, nodes), 120,
+               what=f"{', '.join(nodes)} Ready, each with a Ready driver and device plugin, the GCU jobs Ready")
+
+
+def _ready(pod: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 class CordonWatch:

@@ -23,6 +23,7 @@ from driver_fixtures import (
     pending_tainted,
     pods,
     uids,
+    wait_settled,
     wave_order,
 )
 from engine import node
@@ -90,6 +91,14 @@ def cluster(tmp_path_factory):
         yield running
 
 
+@pytest.fixture
+def settled_cluster(cluster):
+    """The module's cluster once what the test before left settling has settled: a rollout test plans from it."""
+    wait_settled(cluster, GCU_NODES)
+    return cluster
+
+
+@pytest.mark.usefixtures("settled_cluster")
 def test_the_plan_in_waves_with_skips_and_the_worst_case(cluster):
     api = du.Cluster(props(cluster))
     facts = api.facts(GCU_NODES)
@@ -106,6 +115,7 @@ def test_the_plan_in_waves_with_skips_and_the_worst_case(cluster):
     assert any(du.PENDING_TAINT["key"] + ":PreferNoSchedule" in line for line in lines)
 
 
+@pytest.mark.usefixtures("settled_cluster")
 def test_a_validation_pod_of_gcu_stack_is_no_job_to_move(cluster):
     # Under load the stack's validation pods (one GCU each, on every GCU node) can still run when a rollout plans:
     # counted as jobs, they reordered the waves and would have been evicted.
@@ -146,6 +156,7 @@ def test_a_node_without_a_driver_pod_is_skipped_unless_a_rollout_is_still_at_it(
     assert sorted(planned.skipped) == ["opted-out", "upgraded-before"]
 
 
+@pytest.mark.usefixtures("settled_cluster")
 def test_rollout_moves_only_gcu_pods_one_node_at_a_time_and_restores_every_node(cluster):
     ordinary_before = uids(cluster, "app=web")
     cluster.kubectl("cordon", "gcu-node-3")  # an operator's cordon: it stays after the upgrade
@@ -187,6 +198,7 @@ def test_rollout_moves_only_gcu_pods_one_node_at_a_time_and_restores_every_node(
     cluster.kubectl("label", "node", "gcu-node-4", f"{du.SKIP_LABEL}-")
 
 
+@pytest.mark.usefixtures("settled_cluster")
 def test_a_node_whose_new_driver_never_gets_ready_halts_the_rollout_and_the_next_run_resumes(cluster):
     # The new driver pod cannot land on the second node of the plan (a taint it does not tolerate): its upgrade fails.
     first, second, *later = wave_order(cluster, GCU_NODES)
@@ -211,6 +223,7 @@ def test_a_node_whose_new_driver_never_gets_ready_halts_the_rollout_and_the_next
     assert all(not node(cluster, n)["spec"].get("unschedulable") for n in GCU_NODES)
 
 
+@pytest.mark.usefixtures("settled_cluster")
 def test_a_change_to_nothing_the_driver_installs_restarts_its_pods_without_cordon_or_eviction(cluster):
     jobs = uids(cluster, "app=training")
     api = du.Cluster(props(cluster))
@@ -244,6 +257,7 @@ def test_a_change_to_nothing_the_driver_installs_restarts_its_pods_without_cordo
     assert install_key(upgrade["spec"]["template"]) != install_key(cosmetic["spec"]["template"])
 
 
+@pytest.mark.usefixtures("settled_cluster")
 def test_a_rollout_paused_by_its_window_leaves_the_rest_untouched_and_the_next_one_continues(cluster, monkeypatch):
     apply(cluster, [manifest("driver", version="3.2")])
     api = du.Cluster(props(cluster))
@@ -270,6 +284,7 @@ def test_a_rollout_paused_by_its_window_leaves_the_rest_untouched_and_the_next_o
     assert outputs["upgraded"] == order[1:] and outputs["paused"] == ""
 
 
+@pytest.mark.usefixtures("settled_cluster")
 def test_a_node_stopped_after_its_new_driver_pod_started_is_finished_by_the_next_rollout(cluster):
     apply(cluster, [manifest("driver", version="3.3")])
     api = du.Cluster(props(cluster))
@@ -347,6 +362,7 @@ def test_a_node_an_interrupted_rollout_left_half_done_is_finished_even_with_its_
     assert planned.restarts == [["restart-only-killed"]] and planned.current == ["finished"]
 
 
+@pytest.mark.usefixtures("settled_cluster")
 def test_delete_leaves_nothing_of_ours_even_mid_upgrade(cluster):
     apply(cluster, [manifest("driver", version="4.0")])
     # Interrupt a node half-way: cordoned and paused by gcu-stack, then delete the resource.
@@ -369,6 +385,7 @@ def test_delete_leaves_nothing_of_ours_even_mid_upgrade(cluster):
     assert pending_tainted(cluster) == set()
 
 
+@pytest.mark.usefixtures("settled_cluster")
 def test_a_node_deleted_and_another_notready_mid_rollout_are_reported_without_waiting_out_timeouts(cluster):
     import threading
     import time
@@ -410,7 +427,8 @@ def test_a_node_deleted_and_another_notready_mid_rollout_are_reported_without_wa
     # The node is back (a new node of that name) and the kubelet is up: the next run finishes, repeating nothing.
     make_ready(cluster, "gcu-node-3")
     cluster.add_nodes([NODES[0]])
-    wait_until(lambda: all_ready(cluster, "app.kubernetes.io/name=enflame-gcu-driver", 4, "kube-system"), 90, what="driver pods")
+    # The next run starts once the node controller has lifted gcu-node-3's not-ready taints and every agent is Ready.
+    wait_settled(cluster, GCU_NODES)
     done_before = node(cluster, "gcu-node-2")["metadata"]["resourceVersion"]
     outputs = du.rollout(props(cluster))
     assert outputs["upgraded"] == ["gcu-node-3", "gcu-node-4"]

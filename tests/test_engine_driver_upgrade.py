@@ -27,6 +27,7 @@ from driver_fixtures import (
     pending_tainted,
     pods,
     uids,
+    wait_settled,
     wave_order,
 )
 from engine import DRIVER_LABEL, GCU_NODE_LABELS, GCUS, engine_stack, node, outputs, set_json_config
@@ -86,6 +87,7 @@ def test_2_the_preview_prints_the_plan_node_by_node(upgrade):
 
 def test_3_up_rolls_node_by_node_moving_only_gcu_pods(upgrade):
     stack, cluster, _, _ = upgrade
+    wait_settled(cluster, GCU_NODES)   # the jobs the last up moved are Ready where they landed
     web = uids(cluster, "app=web")
     order, jobs_before = wave_order(cluster, GCU_NODES), names(cluster, "app=training")
     with CordonWatch(cluster) as watch:
@@ -118,6 +120,7 @@ def test_3_up_rolls_node_by_node_moving_only_gcu_pods(upgrade):
 
 def test_4_a_failed_node_halts_the_rollout_and_the_next_up_resumes(upgrade):
     stack, cluster, _, _ = upgrade
+    wait_settled(cluster, GCU_NODES)   # the jobs the last up moved are Ready where they landed
     first, second, third = wave_order(cluster, GCU_NODES)   # the second node's new driver cannot land
     cluster.kubectl("taint", "node", second, "gcu-test/broken=true:NoSchedule")
     set_json_config(stack, "spec", spec("3.0"))
@@ -139,6 +142,7 @@ def test_4_a_failed_node_halts_the_rollout_and_the_next_up_resumes(upgrade):
 
 def test_4a_a_change_to_nothing_the_driver_installs_restarts_its_pods_with_no_cordon_or_eviction(upgrade):
     stack, cluster, root, policy_config = upgrade
+    wait_settled(cluster, GCU_NODES)   # the jobs the last up moved are Ready where they landed
     jobs, before = uids(cluster, "app=training"), driver_pods(cluster)
     set_json_config(stack, "spec", seed_spec(**{"driver.notDeploy": False, "driver.version": "3.0", "driver.imagePullPolicy": "Always"}))
     preview = stack.preview(policy_packs=[str(root / "project" / "policies")], policy_pack_configs=[str(policy_config)])
@@ -161,6 +165,7 @@ def test_4a_a_change_to_nothing_the_driver_installs_restarts_its_pods_with_no_co
 
 def test_4a2_outside_its_maintenance_window_up_starts_no_wave_and_the_next_up_inside_one_finishes(upgrade):
     stack, cluster, root, policy_config = upgrade
+    wait_settled(cluster, GCU_NODES)   # the jobs the last up moved are Ready where they landed
     now = datetime.now(timezone.utc)
 
     def window(start_hours: float, end_hours: float) -> dict:   # every day, in UTC, relative to now
@@ -206,6 +211,8 @@ def test_4b_an_up_killed_mid_rollout_is_completed_by_the_next_one_without_state_
     cordoned and its pods evicted; the next command clears the stale lock and what the killed one left (stackops, as
     scripts/gcu-stack runs it), and the next up finishes the rollout: no node stays cordoned, none is upgraded twice."""
     stack, cluster, root, _ = upgrade
+    wait_settled(cluster, GCU_NODES)   # the jobs the last up moved are Ready where they landed
+    first, second, _ = wave_order(cluster, GCU_NODES)   # read before the up starts moving jobs
     set_json_config(stack, "spec", spec("4.0"))
     env = {**os.environ, **stack.workspace.env_vars, "PYTHONPATH": str(PROJECT_DIR)}
     backend, state_dir, project = env["PULUMI_BACKEND_URL"], root / "state", root / "project"
@@ -215,7 +222,6 @@ def test_4b_an_up_killed_mid_rollout_is_completed_by_the_next_one_without_state_
         cwd=project, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     busy = (du.CORDONED, du.WAITING, du.EVICTING, du.RESTARTING, du.VALIDATING)
-    first, second, _ = wave_order(cluster, GCU_NODES)
 
     def mid_rollout():
         # The second node in the middle of its upgrade: the first one is finished, the third not started.
@@ -262,6 +268,7 @@ def test_4c_a_node_deleted_and_another_notready_mid_rollout_are_reported_and_the
     import time
 
     stack, cluster, _, _ = upgrade
+    wait_settled(cluster, GCU_NODES)   # the jobs the last up moved are Ready where they landed
     # No GCU job here: the waves go by name (gcu-node-1 first), and with two of the three GCU nodes gone a job's
     # disruption budget would hold the last eviction for evictionTimeoutSeconds (a limit of its own, tried in test_4);
     # the time measured is the deletion's and the NotReady node's alone.
@@ -299,6 +306,7 @@ def test_4c_a_node_deleted_and_another_notready_mid_rollout_are_reported_and_the
     # The kubelet is back and gcu-node-1 rejoins (a new node): refresh sees its missing labels, the next up finishes.
     make_ready(cluster, "gcu-node-3")
     cluster.add_nodes([NODES[0]])
+    wait_settled(cluster, ["gcu-node-3"])   # the node controller's not-ready taints lifted, its agents Ready again
     stack.refresh(on_output=lambda _: None)
     stack.up(on_output=lambda _: None)
     out = outputs(stack)
