@@ -169,6 +169,9 @@ def test_rollout_moves_only_gcu_pods_one_node_at_a_time_and_restores_every_node(
     def after_each_node(message: str) -> None:
         if message.endswith(": driver upgraded"):
             tainted_after.append(pending_tainted(cluster))
+            # Done means schedulable as the scheduler sees it: the node controller's cordon taint is gone too.
+            done = node(cluster, message.split(":")[0])
+            assert du.UNSCHEDULABLE_TAINT not in [t["key"] for t in done["spec"].get("taints") or []] or done["spec"].get("unschedulable")
 
     with CordonWatch(cluster) as watch:
         outputs = du.rollout(props(cluster), log=after_each_node)

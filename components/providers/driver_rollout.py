@@ -70,6 +70,8 @@ UPGRADE_REQUIRED, CORDONED, WAITING, EVICTING, RESTARTING, VALIDATING, DONE, FAI
     "upgrade-required", "cordoned", "waiting-for-jobs", "evicting", "restarting-driver", "validating", "done", "failed",
 )
 RESTART_REQUIRED = "restart-required"   # the restart-only path's first state
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"   # the node controller's mirror of a cordon
+UNCORDON_SETTLE_SECONDS = 60.0
 POLL = 1.0
 
 
@@ -496,7 +498,7 @@ class NodeUpgrade:
         return {"result": result, "seconds": round(self.cluster.clock() - self.started, 1), "states": self.states,
                 "evicted": self.evicted}
 
-    def wait(self, step: str, timeout: float, done: Callable[[], bool], what: Callable[[], str]) -> None:
+    def wait(self, step: str, timeout: float, done: Callable[[], bool], what: Callable[[], str], interval: float = POLL) -> None:
         deadline = self.cluster.clock() + timeout
         while not done():
             if self.cluster.clock() > deadline:
@@ -504,7 +506,7 @@ class NodeUpgrade:
             # A node deleted meanwhile is reported at once, not after the step's whole timeout.
             if self.cluster.node(self.node) is None:
                 raise NodeLeft(self.node, step)
-            self.cluster.sleep(POLL)
+            self.cluster.sleep(interval)
 
     def ready_check(self) -> None:
         """Nothing is done on a node that is gone or NotReady: its pods could not move nor its driver restart."""
@@ -694,8 +696,23 @@ class NodeUpgrade:
     def uncordon(self) -> None:
         self.cluster.set_pending_taint(self.node, False)
         node = self.cluster.node(self.node) or {"metadata": {}}
-        if (node["metadata"].get("annotations") or {}).get(CORDONED_ANNOTATION) == "true":
-            self.cluster.patch_node(self.node, {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}})
+        if (node["metadata"].get("annotations") or {}).get(CORDONED_ANNOTATION) != "true":
+            return
+        self.cluster.patch_node(self.node, {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}})
+
+        # The scheduler refuses the node until the node controller lifts the taint mirroring the cordon (seconds, on a
+        # busy control plane): a job the next wave evicts would land on a node still to upgrade, and move twice.
+        def lifted() -> bool:
+            now = self.cluster.node(self.node)
+            return now is None or not any(t.get("key") == UNSCHEDULABLE_TAINT for t in (now.get("spec") or {}).get("taints") or [])
+
+        try:
+            self.wait("uncordon", UNCORDON_SETTLE_SECONDS, lifted, lambda: f"the node controller has not lifted {UNSCHEDULABLE_TAINT}",
+                      interval=0.1)   # usually a fraction of a second: a full poll would add one to every wave
+        except NodeLeft:
+            raise
+        except NodeFailed as late:   # uncordoned all the same: the scheduler takes the node once the controller catches up
+            self.log(f"{self.node}: uncordoned; {late.message}")
 
 
 # ---------------------------------------------------------------------------- the rollout
