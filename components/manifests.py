@@ -146,8 +146,10 @@ def _node_affinity(component: ResolvedComponent, additions: PodAdditions) -> Opt
     if component.definition.gcu_nodes_only:
         # Operators opt a node out of one component, or of all, by setting the deploy
         # label to "false"; nodes without the label (e.g. ones that just joined) qualify. An agent
-        # holding the GCU device also leaves a node while its driver is replaced.
-        excluded = ["false", PAUSED_FOR_DRIVER_UPGRADE] if component.definition.uses_device else ["false"]
+        # holding the GCU device also leaves a node while its driver is replaced, and the driver's own
+        # DaemonSet leaves a node the rollout rolled back (a pod of the previous revision runs there).
+        held = component.definition.uses_device or component.definition.installs_driver
+        excluded = ["false", PAUSED_FOR_DRIVER_UPGRADE] if held else ["false"]
         expressions += [
             {"key": DEPLOY_LABEL_PREFIX + component.definition.key, "operator": "NotIn", "values": excluded},
             {"key": OPERANDS_LABEL, "operator": "NotIn", "values": ["false"]},

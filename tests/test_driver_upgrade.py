@@ -42,6 +42,7 @@ from components.spec import BaseFields
 GCU = {"feature.node.kubernetes.io/pci-1e36.present": "true", "enflame.com/gcu.present": "true"}
 NODES = [(f"gcu-node-{i}", dict(GCU), {"capacity": {"enflame.com/gcu": "4"}}) for i in range(1, 5)] + [("cpu-node-1", {})]
 GCU_NODES = [n for n, *_ in NODES if n.startswith("gcu")]
+ROLLBACK = {"holdLabel": "enflame.com/gcu.deploy.driver"}   # what the step gives with driverUpgrade.onFailure: rollback
 
 
 def resolved(key: str, **spec):
@@ -363,6 +364,86 @@ def test_a_node_an_interrupted_rollout_left_half_done_is_finished_even_with_its_
     planned = du.plan(facts, "rev-2", 1, "100%")
     assert planned.nodes == ["killed-restarting", "operator-cordoned-paused"]   # the full path, the cordoned one first
     assert planned.restarts == [["restart-only-killed"]] and planned.current == ["finished"]
+
+
+def test_a_rolled_back_node_is_retried_first_and_the_preview_says_why():
+    held = json.dumps({"label": "enflame.com/gcu.deploy.driver", "value": None, "revision": "rev-1"})
+    reason = "restart driver: no new driver pod was scheduled on the node after 10 s"
+    facts = [
+        du.NodeFacts("a-busy", driver_revision="rev-1", gcu_pods=["default/job-1"]),
+        du.NodeFacts("b-idle", driver_revision="rev-1"),
+        du.NodeFacts("c-rolled-back", labels={du.STATE_LABEL: du.ROLLED_BACK, "enflame.com/gcu.deploy.driver": du.PAUSED},
+                     annotations={du.ROLLBACK_ANNOTATION: held, du.REASON_ANNOTATION: reason}, gcu_pods=["default/job-2"]),
+    ]
+    planned = du.plan(facts, "rev-2", 1, "100%")
+    assert planned.nodes == ["c-rolled-back", "b-idle", "a-busy"]   # before the nodes without GCU pods
+    assert planned.retried == {"c-rolled-back": f"rolled back after {reason}"}
+    assert du.previous_revision(facts[2]) == "rev-1" and du.previous_revision(facts[0]) == "rev-1"
+    lines = du.describe(planned, "gcu-driver:2.0", ["gcu-driver:1.0"], 1, "100%")
+    assert f"  retried: c-rolled-back (rolled back after {reason})" in lines
+
+
+@pytest.mark.usefixtures("settled_cluster")
+def test_with_rollback_a_node_whose_new_driver_fails_serves_again_on_the_driver_it_had(cluster):
+    api = du.Cluster(props(cluster))
+    old_revision = api.current_revision()
+    old_image = api.driver_pods()["gcu-node-1"]["spec"]["containers"][0]["image"]
+    # A taint that the new driver does not tolerate and the device plugin does: the new driver pod cannot land on the
+    # node, its agents can come back.
+    plugin = manifest("devicePlugin")
+    plugin["spec"]["template"]["spec"]["tolerations"].append({"key": "gcu-test/broken", "operator": "Exists"})
+    apply(cluster, [plugin])
+    wait_settled(cluster, GCU_NODES)
+    first, second, *later = wave_order(cluster, GCU_NODES)
+    cluster.kubectl("taint", "node", second, "gcu-test/broken=true:NoSchedule")
+    apply(cluster, [manifest("driver", version="3.4")])
+    with pytest.raises(RuntimeError) as caught:
+        du.rollout(props(cluster, driverReadyTimeoutSeconds=10, rollback=ROLLBACK))
+    message = str(caught.value)
+    assert f"{second} failed at restart driver: no new driver pod" in message and f"(rolled back to revision {old_revision})" in message, message
+    assert f"Rolled back: {second}" in message and f"not started: {', '.join(later)}" in message
+    back = node(cluster, second)
+    # Serving again: uncordoned, its agents back, the driver it had Ready in a pod pinned to it, the DaemonSet held off.
+    assert not back["spec"].get("unschedulable") and back["metadata"]["labels"][du.STATE_LABEL] == du.ROLLED_BACK
+    assert back["metadata"]["labels"][ROLLBACK["holdLabel"]] == du.PAUSED
+    assert du.PAUSED_ANNOTATION not in back["metadata"]["annotations"] and "enflame.com/gcu.deploy.devicePlugin" not in back["metadata"]["labels"]
+    assert all_ready(cluster, "app.kubernetes.io/name=enflame-gcu-k8s-plugin", 4, "kube-system")
+    (pinned,) = api.rollback_pods(second)
+    assert pinned["spec"]["nodeName"] == second and pinned["metadata"]["labels"][du.REVISION_LABEL] == old_revision
+    assert pinned["spec"]["containers"][0]["image"] == old_image and "affinity" not in pinned["spec"]
+    assert second not in api.driver_pods() and not pinned["metadata"].get("ownerReferences")   # never the DaemonSet's
+    assert pending_tainted(cluster) == set()
+    # The preview of the next run: that node first, saying why.
+    planned = du.plan(api.facts(GCU_NODES), api.current_revision(), 1, "50%")
+    assert planned.nodes[0] == second and planned.retried[second].startswith("rolled back after restart driver: no new driver pod")
+    # Fixed, the next run retries it first: the pinned pod goes, the DaemonSet's new pod lands, the label as it was.
+    cluster.kubectl("taint", "node", second, "gcu-test/broken-")
+    outputs = du.rollout(props(cluster, rollback=ROLLBACK))
+    assert outputs["upgraded"][0] == second and sorted(outputs["upgraded"]) == sorted([second, *later])
+    assert outputs["rolledBack"] == [] and api.rollback_pods(second) == []
+    retried = node(cluster, second)["metadata"]
+    assert ROLLBACK["holdLabel"] not in retried["labels"] and du.ROLLBACK_ANNOTATION not in retried["annotations"]
+    assert api.driver_pods()[second]["metadata"]["labels"][du.REVISION_LABEL] == outputs["revision"]
+
+
+@pytest.mark.usefixtures("settled_cluster")
+def test_delete_puts_back_a_rolled_back_node_as_it_was(cluster):
+    target = wave_order(cluster, GCU_NODES)[0]
+    cluster.kubectl("label", "node", target, f"{ROLLBACK['holdLabel']}=true")   # the value GcuNodes would have set
+    cluster.kubectl("taint", "node", target, "gcu-test/broken=true:NoSchedule")   # the device plugin tolerates it (above)
+    apply(cluster, [manifest("driver", version="3.5")])
+    with pytest.raises(RuntimeError, match="Rolled back"):
+        du.rollout(props(cluster, driverReadyTimeoutSeconds=10, rollback=ROLLBACK))
+    api = du.Cluster(props(cluster))
+    assert len(api.rollback_pods(target)) == 1
+    du.clean_up(props(cluster))
+    meta = node(cluster, target)["metadata"]
+    assert meta["labels"][ROLLBACK["holdLabel"]] == "true" and du.ROLLBACK_ANNOTATION not in meta["annotations"]
+    assert du.STATE_LABEL not in meta["labels"] and not node(cluster, target)["spec"].get("unschedulable")
+    wait_until(lambda: not api.rollback_pods(target), 60, what="the pinned previous driver pod gone")
+    cluster.kubectl("taint", "node", target, "gcu-test/broken-")
+    cluster.kubectl("label", "node", target, f"{ROLLBACK['holdLabel']}-")
+    du.rollout(props(cluster))   # the DaemonSet back on the node: the rest of the module starts from every node upgraded
 
 
 @pytest.mark.usefixtures("settled_cluster")

@@ -319,6 +319,42 @@ def test_4c_a_node_deleted_and_another_notready_mid_rollout_are_reported_and_the
         "artifact.enflame.cn/galaxy_docker_hub/gcu/gcu-driver:5.0"}
 
 
+def test_4d_with_rollback_a_node_whose_new_driver_fails_serves_on_the_old_one_and_the_next_up_retries_it_first(upgrade):
+    stack, cluster, root, policy_config = upgrade
+    # A taint the new driver does not tolerate and the agents do (added to their live DaemonSets, as an operator's
+    # patch would be): the new driver pod cannot land on the node, its agents can come back.
+    agents = json.loads(cluster.kubectl("get", "ds", "-n", "kube-system", "-l", "app.kubernetes.io/part-of=gcu-stack", "-o", "json").stdout)["items"]
+    for agent in agents:
+        if agent["metadata"]["name"] != "enflame-gcu-driver":
+            cluster.kubectl("patch", "ds", agent["metadata"]["name"], "-n", "kube-system", "--type=json", "-p", json.dumps(
+                [{"op": "add", "path": "/spec/template/spec/tolerations/-", "value": {"key": "gcu-test/broken", "operator": "Exists"}}]))
+    wait_settled(cluster, GCU_NODES)
+    first, second, third = wave_order(cluster, GCU_NODES)
+    cluster.kubectl("taint", "node", second, "gcu-test/broken=true:NoSchedule")
+    set_json_config(stack, "driverUpgrade", {"driverReadyTimeoutSeconds": 20, "onFailure": "rollback"})
+    set_json_config(stack, "spec", spec("6.0"))
+    with pytest.raises(auto.CommandError) as caught:
+        stack.up(on_output=lambda _: None)
+    assert f"{second} failed at restart driver" in str(caught.value) and f"Rolled back: {second}" in str(caught.value)
+    back = node(cluster, second)
+    assert back["metadata"]["labels"][du.STATE_LABEL] == du.ROLLED_BACK and not back["spec"].get("unschedulable")
+    pinned = json.loads(cluster.kubectl("get", "pods", "-n", "kube-system", "-l", f"{du.ROLLBACK_POD_LABEL}={second}",
+                                        "-o", "json").stdout)["items"]
+    assert [p["spec"]["containers"][0]["image"] for p in pinned] == ["artifact.enflame.cn/galaxy_docker_hub/gcu/gcu-driver:5.0"]
+    assert node(cluster, third)["metadata"]["labels"][du.STATE_LABEL] == du.DONE   # from 5.0: not started at 6.0
+    preview = stack.preview(policy_packs=[str(root / "project" / "policies")], policy_pack_configs=[str(policy_config)])
+    assert f"retried: {second} (rolled back after restart driver: no new driver pod" in preview.stdout, preview.stdout
+    cluster.kubectl("taint", "node", second, "gcu-test/broken-")
+    stack.up(on_output=lambda _: None)
+    out = outputs(stack)
+    assert out["driverUpgrade"]["upgraded"] == [second, third] and out["driverUpgrade"]["rolledBack"] == []
+    assert out["phase"] == "Running"
+    assert {p["spec"]["containers"][0]["image"] for p in driver_pods(cluster).values()} == {
+        "artifact.enflame.cn/galaxy_docker_hub/gcu/gcu-driver:6.0"}
+    assert json.loads(cluster.kubectl("get", "pods", "-n", "kube-system", "-l", du.ROLLBACK_POD_LABEL, "-o", "json").stdout)["items"] == []
+    assert node(cluster, second)["metadata"]["labels"]["enflame.com/gcu.deploy.driver"] == "true"   # GcuNodes' value, as before
+
+
 def test_5_destroy_leaves_no_cordon_label_or_annotation(upgrade):
     stack, cluster, _, _ = upgrade
     stack.destroy(on_output=lambda _: None)

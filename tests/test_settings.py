@@ -116,6 +116,7 @@ def test_seed_json_and_inline_config_text_round_trip():
         ({"driverUpgrade": {"windows": [{"start": "03:00", "end": "03:00"}]}}, "a whole day is 00:00 to 24:00"),
         ({"driverUpgrade": {"windows": [{"start": "01:00"}]}}, "gcu-stack:driverUpgrade.windows[0].end"),
         ({"driverUpgrade": {"maxDurationMinutes": -5}}, "gcu-stack:driverUpgrade.maxDurationMinutes"),
+        ({"driverUpgrade": {"onFailure": "revert"}}, "gcu-stack:driverUpgrade.onFailure: must be one of halt, rollback (got 'revert')"),
     ],
 )
 def test_bad_provider_settings_name_the_setting(config, expected):

@@ -57,7 +57,7 @@ SETTINGS = {
         "waitForCompletion": st.fixed_dictionaries({}, optional={"selector": SELECTORS, "timeoutSeconds": DURATIONS}),
         "evictionTimeoutSeconds": DURATIONS, "drain": st.fixed_dictionaries({}, optional={"enabled": st.booleans(), "timeoutSeconds": DURATIONS}),
         "driverReadyTimeoutSeconds": DURATIONS, "operandReadyTimeoutSeconds": DURATIONS,
-        "windows": WINDOWS, "maxDurationMinutes": DURATIONS}),
+        "windows": WINDOWS, "maxDurationMinutes": DURATIONS, "onFailure": st.sampled_from(["halt", "rollback", "Rollback", ""])}),
     "validation": st.fixed_dictionaries({}, optional={
         "enabled": st.booleans(), "mode": st.sampled_from(["fail", "warn", "loud"]), "timeoutSeconds": DURATIONS,
         "workload": st.booleans(), "sampleSize": COUNTS, "parallel": COUNTS, "workloadTimeoutSeconds": DURATIONS,
@@ -141,6 +141,9 @@ def _resource_problems(run: harness.Run) -> list[str]:
         minutes = inputs.get("maxDurationMinutes")
         if minutes is not None and not (_positive(minutes) and float(minutes).is_integer()):
             problems.append(f"driverUpgrade.maxDurationMinutes: {minutes!r}")
+        rollback = inputs.get("rollback")   # a node rolled back is held by this label: a label key the API server takes
+        if rollback is not None and not (rollback.get("holdLabel") and k8s_rules.label_key(rollback["holdLabel"])):
+            problems.append(f"driverUpgrade.rollback: {rollback!r}")
     for validation in run.of_type("pulumi-python:dynamic/gcu:GcuValidation"):
         inputs = validation.inputs
         if inputs.get("image") is not None and not k8s_rules.image_reference(inputs["image"]):

@@ -29,6 +29,12 @@ resources, tolerations, pull policy...) takes the restart-only path: the node's 
 replaced, finds its version loaded and does nothing, with no cordon, eviction or taint. Those
 nodes go first, in batches of maxUnavailable (or maxParallel, if larger), as they stay available.
 
+With `rollback` (the setting onFailure: rollback), a node whose new driver fails (it never gets Ready,
+its agents do not come back, or validation fails) gets the driver it had back: the DaemonSet is held
+off the node through its deploy label, a pod of the previous revision is pinned to it, its agents
+return, it is validated and uncordoned, in state `rolled-back`; the rollout stops there. The next
+rollout retries that node first, releasing the pinned pod and the label.
+
 With maintenance windows (`windows`, components/providers/windows.py) or `maxDurationMinutes`,
 a wave (or restart batch) starts only inside a window and within that duration of the rollout's
 start; one under way finishes. The rest waits, untouched and without our taint: `pulumi up`
@@ -49,7 +55,7 @@ from typing import Any, Callable, Optional
 
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
-from ..names import DEPLOY_LABEL_PREFIX, PAUSED_FOR_DRIVER_UPGRADE
+from ..names import DEPLOY_LABEL_PREFIX, PAUSED_FOR_DRIVER_UPGRADE, label_value
 from .bundled import Bundled, bundled_diff, changed_inputs, engine_log, inputs_of
 from .cluster import ClusterMismatch, checked_api
 from .install_key import install_key
@@ -72,6 +78,13 @@ UPGRADE_REQUIRED, CORDONED, WAITING, EVICTING, RESTARTING, VALIDATING, DONE, FAI
 RESTART_REQUIRED = "restart-required"   # the restart-only path's first state
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"   # the node controller's mirror of a cordon
 UNCORDON_SETTLE_SECONDS = 60.0
+ROLLING_BACK, ROLLED_BACK = "rolling-back", "rolled-back"
+# On a rolled-back node: the revision it runs again and its driver deploy label's value before, put back when the node
+# is retried or the resource deleted.
+ROLLBACK_ANNOTATION = "gcu-stack.enflame.com/driver-rollback"
+ROLLBACK_POD_LABEL = "gcu-stack.enflame.com/driver-rollback-of"   # the node a pinned previous-driver pod serves
+# The steps after the new driver pod is in place: a failure there is the new driver's, and a rollback undoes it.
+AFTER_THE_NEW_DRIVER = ("restart driver", "restore operands", "validate")
 POLL = 1.0
 
 
@@ -81,6 +94,14 @@ class NodeFailed(Exception):
     def __init__(self, node: str, step: str, message: str):
         super().__init__(f"{node}: {step}: {message}")
         self.node, self.step, self.message = node, step, message
+
+
+class RolledBack(NodeFailed):
+    """One node's new driver failed and the node was rolled back to the driver it had: it serves jobs again."""
+
+    def __init__(self, failure: NodeFailed, revision: str):
+        super().__init__(failure.node, failure.step, failure.message)
+        self.revision = revision
 
 
 class NodeLeft(NodeFailed):
@@ -130,11 +151,12 @@ class DriverUpgradeInputs:
     clusterUid: Any = None  # the stack's cluster (ClusterGuard's kube-system UID): any other is refused
     windows: Optional[list] = None  # maintenance windows ({days, start, end, timeZone}); None: any time
     maxDurationMinutes: Optional[int] = None  # no wave starts later in a rollout; None: no limit
+    rollback: Optional[dict] = None  # {"holdLabel": the driver DaemonSet's deploy label}: roll failed nodes back; None: halt
 
 
 INPUTS = tuple(DriverUpgradeInputs.__dataclass_fields__)
-OUTPUTS = ("revision", "states", "skipped", "upgraded", "restarted", "failed", "paused", "mostUnavailable", "message", "finishedAt",
-           "reports")
+OUTPUTS = ("revision", "states", "skipped", "upgraded", "restarted", "failed", "rolledBack", "paused", "mostUnavailable", "message",
+           "finishedAt", "reports")
 
 
 # ---------------------------------------------------------------------------- the plan (pure)
@@ -166,6 +188,7 @@ class RolloutPlan:
     budget: int  # nodes that may be unavailable at once (maxUnavailable)
     already: int  # nodes unschedulable before the rollout (not by gcu-stack)
     most_unavailable: int
+    retried: dict = field(default_factory=dict)  # node -> why an earlier rollout failed or rolled it back
 
     @property
     def nodes(self) -> list[str]:
@@ -182,6 +205,17 @@ def unavailable_budget(max_unavailable: Any, total: int) -> int:
 
 def ours_cordoned(facts: NodeFacts) -> bool:
     return facts.annotations.get(CORDONED_ANNOTATION) == "true"
+
+
+def rolled_back(facts: NodeFacts) -> bool:
+    return ROLLBACK_ANNOTATION in facts.annotations
+
+
+def previous_revision(facts: NodeFacts) -> Optional[str]:
+    """The revision a rollback puts back: the one a rolled-back node runs again, else its driver pod's."""
+    if rolled_back(facts):
+        return json.loads(facts.annotations[ROLLBACK_ANNOTATION]).get("revision")
+    return facts.driver_revision
 
 
 def full_path_begun(facts: NodeFacts) -> bool:
@@ -213,9 +247,9 @@ def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailab
     # A node cordoned by someone else is unavailable already; one cordoned by an interrupted rollout is ours.
     already = sum(1 for n in nodes if n.unschedulable and not ours_cordoned(n))
     budget = unavailable_budget(max_unavailable, len(nodes))
-    # Resume first what an interrupted rollout left cordoned, then nodes without GCU pods (the jobs evicted later
-    # then have upgraded nodes to go to), then the rest; by name within each.
-    todo.sort(key=lambda n: (not ours_cordoned(n), bool(n.gcu_pods), n.name))
+    # Resume first what an interrupted rollout left cordoned or rolled back, then nodes without GCU pods (the jobs
+    # evicted later then have upgraded nodes to go to), then the rest; by name within each.
+    todo.sort(key=lambda n: (not (ours_cordoned(n) or rolled_back(n)), bool(n.gcu_pods), n.name))
     waves, most = [], already
     wave: list[str] = []
     adds = 0  # nodes this wave makes unavailable (ones already unschedulable add nothing)
@@ -244,6 +278,8 @@ def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailab
         budget=budget,
         already=already,
         most_unavailable=most,
+        retried={n.name: f"{'rolled back after' if rolled_back(n) else 'failed at'} {n.annotations.get(REASON_ANNOTATION) or 'an earlier rollout'}"
+                 for n in todo if n.labels.get(STATE_LABEL) in (FAILED, ROLLED_BACK)},
     )
 
 
@@ -267,6 +303,8 @@ def describe(plan_: RolloutPlan, image: str, old_images: list[str], max_parallel
                 pods = plan_.evictions.get(node) or []
                 parts.append(f"{node} (evicts {', '.join(pods)})" if pods else f"{node} (no GCU pod to evict)")
             lines.append(f"  wave {i}: " + "; ".join(parts))
+        for node, why in sorted(plan_.retried.items()):
+            lines.append(f"  retried: {node} ({why})")
         lines.append(f"  until its wave, each node carries the taint {PENDING_TAINT['key']}:{PENDING_TAINT['effect']}, "
                      "so evicted jobs go to upgraded nodes")
     if schedule and (plan_.waves or plan_.restarts):
@@ -447,11 +485,57 @@ class Cluster:
                 found[node] = pod
         return found
 
-    def facts(self, nodes: list[str], target_install: Optional[str] = None) -> list[NodeFacts]:
+    def rollback_pods(self, node: str) -> list[dict]:
+        """The live pods of a previous driver revision pinned to `node` by a rollback."""
+        selector = f"{ROLLBACK_POD_LABEL}={label_value(node)}"
+        pods = self._data(self.api.list_namespaced_pod(self.props["namespace"], label_selector=selector, _preload_content=False))["items"]
+        return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+    def create_rollback_pod(self, node: str, revision: str) -> None:
+        """A pod of the driver DaemonSet's `revision` pinned to `node`. Not the DaemonSet's (without its selector's
+        labels it is never adopted, nor replaced), and without its node affinity: the kubelet admits a pod only on a
+        node its affinity matches, and the node's driver deploy label now keeps the DaemonSet off."""
+        from kubernetes.client.exceptions import ApiException
+
+        ds = self.daemonset()
+        found = [r for r in self._revisions(ds) if (r["metadata"].get("labels") or {}).get(REVISION_LABEL) == revision]
+        if not found:
+            raise RuntimeError(f"the driver DaemonSet no longer has revision {revision} to roll back to")
+        template = json.loads(json.dumps(found[0]["data"]["spec"]["template"]))
+        selector = set(ds["spec"]["selector"].get("matchLabels") or {})
+        meta = template.get("metadata") or {}
+        labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in selector}
+        labels.update({ROLLBACK_POD_LABEL: label_value(node), REVISION_LABEL: revision, PART_OF_LABEL: PART_OF})
+        spec = template["spec"]
+        spec.pop("affinity", None)
+        spec["nodeName"] = node
+        spec["tolerations"] = [*(spec.get("tolerations") or []),
+                               {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}]
+        name = f"{ds['metadata']['name']}-rollback-{node}"
+        pod = {"apiVersion": "v1", "kind": "Pod", "spec": spec, "metadata": {
+            "name": name if len(name) <= 253 else f"{name[:242]}-{label_value(node)[-10:]}".replace(".-", "-"),
+            "namespace": self.props["namespace"], "labels": labels, "annotations": meta.get("annotations") or {}}}
+        try:
+            self.api.create_namespaced_pod(self.props["namespace"], pod, _preload_content=False)
+        except ApiException as error:
+            if error.status != 409:   # a resumed rollback finds its pod there
+                raise
+
+    def delete_rollback_pods(self, node: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        for pod in self.rollback_pods(node):
+            try:
+                self.api.delete_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"], _preload_content=False)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+
+    def facts(self, nodes: list[str], target_install: Optional[str] = None, keys: Optional[dict] = None) -> list[NodeFacts]:
         """Each node's facts; `target_install`: the install_key of the revision to roll out (None: unknown, so every
-        change takes the full path)."""
+        change takes the full path); `keys`: install_keys(), when the caller has read them already."""
         drivers = self.driver_pods()
-        keys = self.install_keys() if target_install else {}
+        keys = keys if keys is not None else (self.install_keys() if target_install else {})
         found = []
         for name in sorted(set(nodes)):
             node = self.node(name)
@@ -481,8 +565,9 @@ class Cluster:
 class NodeUpgrade:
     """The steps of one node's upgrade, each recorded on the node."""
 
-    def __init__(self, cluster: Cluster, node: str, revision: str, log: Callable[[str], None]):
+    def __init__(self, cluster: Cluster, node: str, revision: str, log: Callable[[str], None], previous: Optional[str] = None):
         self.cluster, self.node, self.revision, self.log = cluster, node, revision, log
+        self.previous = previous  # the revision a rollback puts back
         self.props = cluster.props
         self.started = cluster.clock()
         # What an operator asks afterwards: when each state began, which pods were moved, how long it took.
@@ -640,6 +725,7 @@ class NodeUpgrade:
         from kubernetes.client.exceptions import ApiException
 
         self.state(RESTARTING)
+        self.release_rollback()
         pod = self.cluster.driver_pods().get(self.node)
         if pod is not None and (pod["metadata"].get("labels") or {}).get(REVISION_LABEL) != self.revision:
             try:
@@ -661,6 +747,48 @@ class NodeUpgrade:
             return f"the new driver pod {new['metadata']['name']} is not Ready ({detail}; `kubectl logs` it: the driver version check says why)"
 
         self.wait("restart driver", float(self.props["driverReadyTimeoutSeconds"]), ready, why)
+
+    def release_rollback(self) -> None:
+        """A node an earlier rollout rolled back: its pinned pod of the previous driver goes, and the DaemonSet may run
+        there again (the driver deploy label as it was)."""
+        node = self.cluster.node(self.node) or {"metadata": {}}
+        raw = (node["metadata"].get("annotations") or {}).get(ROLLBACK_ANNOTATION)
+        if raw is None:
+            return
+        held = json.loads(raw)
+        self.cluster.delete_rollback_pods(self.node)
+        self.wait("restart driver", float(self.props["driverReadyTimeoutSeconds"]), lambda: not self.cluster.rollback_pods(self.node),
+                  lambda: "the rolled-back driver pod is still on the node")
+        self.cluster.patch_node(self.node, {"metadata": {"labels": {held["label"]: held["value"]}, "annotations": {ROLLBACK_ANNOTATION: None}}})
+
+    def roll_back(self, failure: NodeFailed) -> None:
+        """The new driver failed: the node gets the driver it had back (a pod of the previous revision pinned to it,
+        the DaemonSet held off through its deploy label), then its agents, validation and uncordon, as after an upgrade."""
+        reason = f"{failure.step}: {failure.message}"[:1000]
+        self.state(ROLLING_BACK, reason)
+        self.log(f"{self.node}: the new driver failed ({reason}); rolling back to revision {self.previous}")
+        self.pause_operands()
+        node = self.cluster.node(self.node) or {"metadata": {}}
+        labels, annotations = node["metadata"].get("labels") or {}, node["metadata"].get("annotations") or {}
+        if ROLLBACK_ANNOTATION not in annotations:   # recorded once: a resumed rollback keeps the operator's value
+            label = self.props["rollback"]["holdLabel"]
+            held = {"label": label, "value": labels.get(label), "revision": self.previous}
+            self.cluster.patch_node(self.node, {"metadata": {"labels": {label: PAUSED},
+                                                             "annotations": {ROLLBACK_ANNOTATION: json.dumps(held, sort_keys=True)}}})
+        timeout = float(self.props["driverReadyTimeoutSeconds"])
+        # Held off the node, the DaemonSet's controller deletes its new pod there (scheduled or still pending).
+        self.wait("roll back", timeout, lambda: self.node not in self.cluster.driver_pods(),
+                  lambda: "the new driver pod is still on the node")
+        self.cluster.create_rollback_pod(self.node, str(self.previous))
+
+        def back() -> bool:
+            return any(_ready(p) for p in self.cluster.rollback_pods(self.node))
+
+        self.wait("roll back", timeout, back, lambda: f"the driver pod of revision {self.previous} is not Ready (`kubectl logs` it)")
+        self.restore_operands()
+        self.validate()
+        self.uncordon()
+        self.state(ROLLED_BACK, reason)
 
     def restore_operands(self) -> None:
         node = self.cluster.node(self.node) or {"metadata": {}}
@@ -753,13 +881,21 @@ class Progress:
     left: list = field(default_factory=list)
     reports: dict = field(default_factory=dict)
     paused: Optional[str] = None
+    rolled_back: list = field(default_factory=list)
 
 
 def _waves(cluster: Cluster, waves: list, revision: str, log: Callable[[str], None], restart_only: bool = False,
-           gate: Callable[[], Optional[str]] = lambda: None) -> Progress:
+           gate: Callable[[], Optional[str]] = lambda: None, previous: Optional[dict] = None) -> Progress:
     """Run `waves` one after the other (each node on the full path, or `restart_only`), each only when `gate` lets it
-    start; stop after a wave in which a node failed."""
+    start; stop after a wave in which a node failed. With the `rollback` input, a node whose new driver failed is
+    rolled back to its `previous` revision."""
     progress = Progress()
+    previous = previous or {}
+
+    def can_roll_back(failure: NodeFailed) -> bool:
+        back = previous.get(failure.node)
+        return bool(cluster.props.get("rollback")) and failure.step in AFTER_THE_NEW_DRIVER and back not in (None, revision)
+
     upgraded, failed, left, reports = progress.done, progress.failed, progress.left, progress.reports
     done = "restarted" if restart_only else "upgraded"
     for wave in waves:
@@ -768,7 +904,7 @@ def _waves(cluster: Cluster, waves: list, revision: str, log: Callable[[str], No
             log(f"driver rollout paused before {', '.join(wave)}: {progress.paused}")
             break
         def one(node: str) -> Optional[NodeFailed]:
-            upgrade = NodeUpgrade(cluster, node, revision, log)
+            upgrade = NodeUpgrade(cluster, node, revision, log, previous.get(node))
             try:
                 upgrade.run_restart_only() if restart_only else upgrade.run()
                 reports[node] = upgrade.report(done)
@@ -779,6 +915,13 @@ def _waves(cluster: Cluster, waves: list, revision: str, log: Callable[[str], No
                 failure = NodeFailed(node, "upgrade", str(error))
             # Whatever failed (a 404, a wait), a node that is gone has nothing left to upgrade.
             failure = failure if isinstance(failure, NodeLeft) or cluster.node(node) is not None else NodeLeft(node, failure.step)
+            if not isinstance(failure, NodeLeft) and can_roll_back(failure):
+                try:
+                    upgrade.roll_back(failure)
+                    reports[node] = {**upgrade.report(ROLLED_BACK), "reason": f"{failure.step}: {failure.message}"}
+                    return RolledBack(failure, previous[node])
+                except Exception as error:  # noqa: BLE001 - the node stays cordoned and failed, saying both
+                    failure = NodeFailed(node, failure.step, f"{failure.message}; rolling back failed too: {error}")
             reports[node] = {**upgrade.report("left" if isinstance(failure, NodeLeft) else "failed"),
                              "reason": f"{failure.step}: {failure.message}"}
             return failure
@@ -791,6 +934,10 @@ def _waves(cluster: Cluster, waves: list, revision: str, log: Callable[[str], No
                 elif isinstance(failure, NodeLeft):
                     left.append(node)
                     log(f"{node}: {LEFT} (at {failure.step}); going on with the other nodes")
+                elif isinstance(failure, RolledBack):
+                    failed[node] = f"{failure.step}: {failure.message} (rolled back to revision {failure.revision})"
+                    progress.rolled_back.append(node)
+                    log(f"{node}: rolled back to revision {failure.revision}, validated and uncordoned")
                 else:
                     failed[node] = f"{failure.step}: {failure.message}"
                     try:
@@ -807,8 +954,10 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
     cluster = cluster or Cluster(props)
     revision = cluster.current_revision()
     nodes = list(props.get("nodes") or [])
-    target_install = cluster.install_keys().get(revision)
-    the_plan = plan(cluster.facts(nodes, target_install), revision, int(props["maxParallel"]), props["maxUnavailable"])
+    keys = cluster.install_keys()
+    facts = cluster.facts(nodes, keys.get(revision), keys)
+    the_plan = plan(facts, revision, int(props["maxParallel"]), props["maxUnavailable"])
+    previous = {f.name: previous_revision(f) for f in facts}
     started = time.time()
     gate = lambda: wave_gate(props, started)  # noqa: E731
     # Outside a window nothing starts: no node repels jobs for a rollout that is not running.
@@ -817,9 +966,9 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
         cluster.set_pending_taint(name, name in repelling)
     try:
         # The restart-only nodes first: quick, and nothing is cordoned if one of them fails.
-        restarts = _waves(cluster, the_plan.restarts, revision, log, restart_only=True, gate=gate)
-        upgrades = _waves(cluster, the_plan.waves, revision, log, gate=gate) if not (restarts.failed or restarts.paused) else \
-            Progress(paused=restarts.paused)
+        restarts = _waves(cluster, the_plan.restarts, revision, log, restart_only=True, gate=gate, previous=previous)
+        upgrades = _waves(cluster, the_plan.waves, revision, log, gate=gate, previous=previous) \
+            if not (restarts.failed or restarts.paused) else Progress(paused=restarts.paused)
     finally:   # stopped or done: no node keeps repelling jobs
         for name in sorted(repelling):
             try:
@@ -829,6 +978,7 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
                     "destroy removes it")
     upgraded, restarted, paused = upgrades.done, restarts.done, upgrades.paused
     failed, left = {**restarts.failed, **upgrades.failed}, restarts.left + upgrades.left
+    rolled = restarts.rolled_back + upgrades.rolled_back
     planned = [n for batch in the_plan.restarts for n in batch] + the_plan.nodes
     untouched = [n for n in planned if n not in upgraded and n not in restarted and n not in failed and n not in left]
     if not failed:
@@ -844,6 +994,7 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
         "upgraded": upgraded,
         "restarted": restarted,
         "failed": failed,
+        "rolledBack": rolled,
         "paused": f"{paused}; waiting: {', '.join(untouched)}" if paused and untouched else "",
         "mostUnavailable": the_plan.most_unavailable,
         "finishedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -858,9 +1009,13 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
         log(f"driver rollout paused: {paused}; {len(untouched)} node(s) wait ({', '.join(untouched)}); "
             "the next `pulumi up` (inside a window, with windows) continues")
     if failed:
+        halted = [n for n in failed if n not in rolled]
         raise RuntimeError(
             "driver upgrade stopped: " + "; ".join(f"{n} failed at {why}" for n, why in sorted(failed.items()))
-            + f". The node stays in state {FAILED} ({REASON_ANNOTATION} says why), cordoned if its upgrade had begun; "
+            + (f". Rolled back: {', '.join(rolled)}: the driver it had runs again, its agents are back, it is validated "
+               f"and uncordoned (state {ROLLED_BACK}); the next `pulumi up` retries it first" if rolled else "")
+            + (f". The node stays in state {FAILED} ({REASON_ANNOTATION} says why), cordoned if its upgrade had begun" if halted else "")
+            + "; "
             + (f"{LEFT}: {', '.join(left)}; " if left else "")
             + (f"not started: {', '.join(untouched)}. " if untouched else "")
             + "Fix it and run `pulumi up` again: finished nodes are not repeated."
@@ -888,6 +1043,11 @@ def clean_up(props: dict) -> None:
         if annotations.get(CORDONED_ANNOTATION) == "true":
             patch["spec"] = {"unschedulable": None}
             patch["metadata"]["annotations"][CORDONED_ANNOTATION] = None
+        if ROLLBACK_ANNOTATION in annotations:   # the pinned previous driver goes with the rest
+            held = json.loads(annotations[ROLLBACK_ANNOTATION])
+            cluster.delete_rollback_pods(name)
+            patch["metadata"]["labels"][held["label"]] = held["value"]
+            patch["metadata"]["annotations"][ROLLBACK_ANNOTATION] = None
         if patch["metadata"]["labels"] or patch["metadata"]["annotations"] or "spec" in patch:
             cluster.patch_node(name, patch)
         cluster.set_pending_taint(name, False)
@@ -908,7 +1068,8 @@ def _pending(props: dict) -> bool:
     try:
         cluster = Cluster(props)
         revision = cluster.current_revision(timeout=5)
-        facts = cluster.facts(list(props.get("nodes") or []), cluster.install_keys().get(revision))
+        keys = cluster.install_keys()
+        facts = cluster.facts(list(props.get("nodes") or []), keys.get(revision), keys)
         # A taint left by an interrupted rollout is work too: the update removes it.
         planned = plan(facts, revision, 1, "100%")
         return bool(planned.waves or planned.restarts) or any(f.pending_taint for f in facts)
@@ -945,7 +1106,8 @@ class DriverUpgradeProvider(ResourceProvider):
 
 
 class DriverUpgrade(Bundled, module="gcu", name="DriverUpgrade"):
-    """Outputs (attributes): revision, states (per node), skipped, upgraded, restarted (restart-only path), failed, mostUnavailable, message,
+    """Outputs (attributes): revision, states (per node), skipped, upgraded, restarted (restart-only path), failed, rolledBack
+    (failed nodes put back on the driver they had), mostUnavailable, message,
     finishedAt (when the last rollout ended, UTC), reports (per node the last rollout touched: result, seconds, each
     state and when it began, the pods evicted)."""
 

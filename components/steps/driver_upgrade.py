@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..config import one_setting
 from ..manifests import TEMPLATE_HASH_ANNOTATION
 from ..model import StepContext, StepDef, StepResult
-from ..names import GCU_RESOURCE, GCUSHARE_RESOURCE
+from ..names import DEPLOY_LABEL_PREFIX, GCU_RESOURCE, GCUSHARE_RESOURCE
 from ..spec import label_selector_problem
 from .gcu_nodes import KEY as GCU_NODES
 from .validation import validation_inputs
@@ -110,6 +110,9 @@ class DriverUpgradeOptions(BaseModel):
     windows: list[Window] = Field(default_factory=list)
     # No wave starts after this many minutes of a rollout (0: no limit); the next `up` continues.
     max_duration_minutes: int = Field(0, alias="maxDurationMinutes", ge=0)
+    # A node whose new driver fails: "halt" leaves it cordoned; "rollback" puts back the driver it had (a pod of the
+    # previous revision pinned to it), its agents, validates and uncordons it. Either way the rollout stops there.
+    on_failure: Literal["halt", "rollback"] = Field("halt", alias="onFailure")
 
     @field_validator("max_unavailable", mode="before")
     @classmethod
@@ -208,6 +211,7 @@ def declare(context: StepContext) -> StepResult:
         # None when unset: a stack of an earlier release sees no change.
         windows=[w.model_dump(by_alias=True) for w in options.windows] or None,
         maxDurationMinutes=options.max_duration_minutes or None,
+        rollback={"holdLabel": DEPLOY_LABEL_PREFIX + driver.key} if options.on_failure == "rollback" else None,
         kubeconfig=context.cluster.kubeconfig,
         context=context.cluster.context,
         clusterUid=context.cluster.uid,
@@ -224,10 +228,12 @@ def declare(context: StepContext) -> StepResult:
         resource=resource,
         done=done,
         outputs={"driverUpgrade": pulumi.Output.all(
-            resource.states, resource.failed, resource.upgraded, resource.skipped, resource.reports, resource.restarted, resource.paused
+            resource.states, resource.failed, resource.upgraded, resource.skipped, resource.reports, resource.restarted, resource.paused,
+            resource.rolledBack,
         ).apply(
             lambda values: {"nodes": values[0] or {}, "failed": values[1] or {}, "upgraded": values[2] or [], "skipped": values[3] or {},
-                            "reports": values[4] or {}, "restarted": values[5] or [], "paused": values[6] or ""}
+                            "reports": values[4] or {}, "restarted": values[5] or [], "paused": values[6] or "",
+                            "rolledBack": values[7] or []}
         )},
     )
 
