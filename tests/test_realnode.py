@@ -190,8 +190,10 @@ def test_a_pod_network_pod_gets_a_bridge_ip_and_a_host_network_pod_completes(clu
                              "wget -q -O - --no-check-certificate "
                              "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version; echo; echo done",
                              node_name=NODE))
-    apply(cluster, shell_pod("hostnet", image, "ip -4 -o addr show; echo done", host_network=True, node_name=NODE))
     podnet = wait_pod_phase(cluster, node, "default", "podnet")
+    # The bridge plugin creates cni0 when it sets up the first pod-network sandbox: the host-network pod
+    # looks for it only once that pod has run (started together, it raced the bridge and saw no cni0).
+    apply(cluster, shell_pod("hostnet", image, "ip -4 -o addr show; echo done", host_network=True, node_name=NODE))
     hostnet = wait_pod_phase(cluster, node, "default", "hostnet")
     assert _pod_ip_in(node, podnet), (podnet["status"].get("podIP"), node.pod_subnet)
     assert hostnet["status"]["podIP"] == node.node_ip
