@@ -353,8 +353,12 @@ def _daemonset_pod(pod: dict) -> bool:
     return any(o.get("kind") == "DaemonSet" for o in (pod["metadata"].get("ownerReferences") or []))
 
 
+def _has_taint(node: dict, key: str) -> bool:
+    return any(t.get("key") == key for t in (node.get("spec") or {}).get("taints") or [])
+
+
 def _has_pending_taint(node: dict) -> bool:
-    return any(t.get("key") == PENDING_TAINT["key"] for t in (node.get("spec") or {}).get("taints") or [])
+    return _has_taint(node, PENDING_TAINT["key"])
 
 
 def _ours(pod: dict) -> bool:
@@ -521,15 +525,19 @@ class Cluster:
             if error.status != 409:   # a resumed rollback finds its pod there
                 raise
 
-    def delete_rollback_pods(self, node: str) -> None:
+    def delete_pod(self, pod: dict) -> None:
+        """Delete `pod`; one already gone is no error."""
         from kubernetes.client.exceptions import ApiException
 
+        try:
+            self.api.delete_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"], _preload_content=False)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def delete_rollback_pods(self, node: str) -> None:
         for pod in self.rollback_pods(node):
-            try:
-                self.api.delete_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"], _preload_content=False)
-            except ApiException as error:
-                if error.status != 404:
-                    raise
+            self.delete_pod(pod)
 
     def facts(self, nodes: list[str], target_install: Optional[str] = None, keys: Optional[dict] = None) -> list[NodeFacts]:
         """Each node's facts; `target_install`: the install_key of the revision to roll out (None: unknown, so every
@@ -691,11 +699,7 @@ class NodeUpgrade:
         self.log(f"{self.node}: eviction did not finish in {timeout:.0f} s; draining {', '.join(left)} (PodDisruptionBudgets overridden)")
         for pod in self._gcu_pods():
             self.evicted.append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
-            try:
-                self.cluster.api.delete_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"], _preload_content=False)
-            except ApiException as error:
-                if error.status != 404:
-                    raise
+            self.cluster.delete_pod(pod)
         self.wait("drain", float(drain.get("timeoutSeconds") or 300), lambda: not self._gcu_pods(),
                   lambda: f"pods {', '.join(p['metadata']['name'] for p in self._gcu_pods())} still on the node")
 
@@ -722,17 +726,12 @@ class NodeUpgrade:
                   lambda: f"operand pods {', '.join(p['metadata']['name'] for p in self._operand_pods())} still on the node")
 
     def restart_driver(self) -> None:
-        from kubernetes.client.exceptions import ApiException
 
         self.state(RESTARTING)
         self.release_rollback()
         pod = self.cluster.driver_pods().get(self.node)
         if pod is not None and (pod["metadata"].get("labels") or {}).get(REVISION_LABEL) != self.revision:
-            try:
-                self.cluster.api.delete_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"], _preload_content=False)
-            except ApiException as error:
-                if error.status != 404:
-                    raise
+            self.cluster.delete_pod(pod)
 
         def ready() -> bool:
             new = self.cluster.driver_pods().get(self.node)
@@ -832,7 +831,7 @@ class NodeUpgrade:
         # busy control plane): a job the next wave evicts would land on a node still to upgrade, and move twice.
         def lifted() -> bool:
             now = self.cluster.node(self.node)
-            return now is None or not any(t.get("key") == UNSCHEDULABLE_TAINT for t in (now.get("spec") or {}).get("taints") or [])
+            return now is None or not _has_taint(now, UNSCHEDULABLE_TAINT)
 
         try:
             self.wait("uncordon", UNCORDON_SETTLE_SECONDS, lifted, lambda: f"the node controller has not lifted {UNSCHEDULABLE_TAINT}",
