@@ -1,6 +1,6 @@
 """Activating the enflame runtime: containerd (restart) next to docker (SIGHUP reload), same run, real daemons.
 
-    python bench/containerd_activation.py [--rounds 5] [--containers 10]
+    .venv/bin/python bench/containerd_activation.py [--rounds 5] [--containers 10]
 
 For each daemon, `--containers` long-running containers are started first (as on a busy
 GCU node); then, `--rounds` times: activate, a no-op activation, restore. Reported:

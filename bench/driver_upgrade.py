@@ -1,7 +1,7 @@
 """A driver version change on 100 simulated GCU nodes: gcu-stack's rolling upgrade next to gcu-upgrade-manager's
 method (destroy the whole stack and deploy it again), in the same run, on the same cluster, with the real engine.
 
-    python bench/driver_upgrade.py [--nodes 100] [--max-parallel 10] [--max-unavailable 10%]
+    .venv/bin/python bench/driver_upgrade.py [--nodes 100] [--max-parallel 10] [--max-unavailable 10%]
 
 Measured for each method, from a watch of the API server (polled every 0.5 s):
   wall time           of the `pulumi up` (or destroy + up) that moves the driver from 1.0 to 2.0

@@ -1,7 +1,7 @@
 """`pulumi up` wall time for the default blueprint with the real engine, on 3 and on 100
 simulated nodes (local control plane + kwok), and the chain's serial stages.
 
-    python bench/engine_up.py [--nodes 3 100]
+    .venv/bin/python bench/engine_up.py [--nodes 3 100]
 
 Needs the toolchain (scripts/toolchain.sh). Each size gets a fresh cluster and stack.
 """

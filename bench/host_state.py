@@ -1,6 +1,6 @@
 """Bundled provider benchmarks on real servers.
 
-    python bench/host_state.py [--nodes 2000]
+    .venv/bin/python bench/host_state.py [--nodes 2000]
 
 1. GcuNodes on a real kube-apiserver with N nodes (GCU and not): wall time and
    write requests (from the API server's audit log) for the first and second apply.

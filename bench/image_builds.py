@@ -1,6 +1,6 @@
 """Cold and warm build times of every component image, and their ratio.
 
-    python bench/image_builds.py [--runs N]
+    .venv/bin/python bench/image_builds.py [--runs N]
 
 Each run starts a fresh private dockerd (empty layer cache; overlay2, or vfs where
 overlay2 cannot run), imports the

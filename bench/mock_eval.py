@@ -1,6 +1,6 @@
 """Time to evaluate the full default stack under Pulumi mocks: program start to the last registration.
 
-    python bench/mock_eval.py [--runs N]
+    .venv/bin/python bench/mock_eval.py [--runs N]
 
 Each run is a fresh interpreter (imports included), as `pulumi preview` would pay.
 Target: under 2 s on a 2-core machine.

@@ -52,6 +52,12 @@ def pulumi_env(home: Path, backend: Path) -> dict[str, str]:
     return env
 
 
+def toolchain_cli(env: dict[str, str]) -> auto.PulumiCommand:
+    """The toolchain's CLI, for a workspace: the Automation API runs `pulumi version` from this process's PATH before a
+    workspace's env applies, and a benchmark started straight after README's first command has none there."""
+    return auto.PulumiCommand(root=str(Path(env["PATH"].split(":")[0]).parent))
+
+
 def stack_config(cluster, dockerd) -> dict[str, auto.ConfigValue]:
     runtime = {
         "transport": "local",
@@ -102,8 +108,9 @@ def prepare_stack(root: Path, cluster, dockerd, name: str = "e2e") -> tuple[auto
     copy_project(root / "project")
     (root / "home").mkdir()
     (root / "backend").mkdir()
+    env = pulumi_env(root / "home", root / "backend")
     workspace = auto.LocalWorkspace(
-        work_dir=str(root / "project"), pulumi_home=str(root / "home"), env_vars=pulumi_env(root / "home", root / "backend")
+        work_dir=str(root / "project"), pulumi_home=str(root / "home"), env_vars=env, pulumi_command=toolchain_cli(env)
     )
     stack = auto.Stack.create(name, workspace)
     stack.set_all_config(stack_config(cluster, dockerd))
