@@ -175,6 +175,18 @@ def figures(watch: Watch, seconds: float) -> dict:
             "driver_pulled": watch.driver_pulled, "web_disturbed": watch.web_disturbed, "plugin_down": watch.plugin_down}
 
 
+def step_seconds(reports: dict) -> tuple[dict, float]:
+    """From the rollout's per-node reports: the mean seconds each node spent in each state, and in all."""
+    spent: dict[str, list[float]] = {}
+    for report in reports.values():
+        states = report["states"]
+        ends = [s["second"] for s in states[1:]] + [report["seconds"]]
+        for state, end in zip(states, ends, strict=True):
+            spent.setdefault(state["state"], []).append(end - state["second"])
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    return {k: mean(v) for k, v in spent.items()}, mean([r["seconds"] for r in reports.values()])
+
+
 def run(nodes: int, max_parallel: int, max_unavailable: str) -> None:
     gcu_nodes = [f"gcu-node-{i:03d}" for i in range(1, nodes + 1)]
     node_specs = [(n, GCU_NODE_LABELS, GCUS) for n in gcu_nodes] + [("cpu-node-1", {})]
@@ -195,7 +207,7 @@ def run(nodes: int, max_parallel: int, max_unavailable: str) -> None:
             with Watch(cluster, gcu_nodes) as watch:
                 started = time.perf_counter()
                 if method.startswith("gcu-stack"):
-                    stack.up(on_output=lambda _: None)
+                    reports = stack.up(on_output=lambda _: None).outputs["driverUpgrade"].value["reports"]
                 else:
                     stack.destroy(on_output=lambda _: None)
                     stack.up(on_output=lambda _: None)
@@ -231,6 +243,9 @@ def run(nodes: int, max_parallel: int, max_unavailable: str) -> None:
           f"driver pulled under a job {ratio(ours['driver_pulled'], theirs['driver_pulled'])}, "
           f"device-plugin downtime {ratio(ours['plugin_down'], theirs['plugin_down'])}, wall time {ratio(ours['seconds'], theirs['seconds'])}, "
           f"most nodes unavailable {ratio(ours['most_unavailable'], theirs['most_unavailable'])}")
+    steps, per_node = step_seconds(reports)
+    print(f"  where a rolling node's time goes (mean over {len(reports)} nodes, {per_node:.1f} s each; a state lasts until the "
+          f"next): " + ", ".join(f"{state} {seconds:.1f} s" for state, seconds in steps.items()))
     print("then a change to nothing the driver installs (driver imagePullPolicy IfNotPresent -> Always), gcu-stack restart-only path:")
     print(f"  wall {cosmetic['seconds']:.1f} s; most nodes cordoned {cosmetic['most_cordoned']}; GCU pods evicted or deleted "
           f"{cosmetic['gcu_ended']}; other pods {cosmetic['web_disturbed']}; driver pods replaced {cosmetic['replaced']}, "

@@ -8,6 +8,7 @@ PodDisruptionBudget and ordinary pods. A new driver image then rolls out node by
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from driver_fixtures import (
@@ -36,6 +37,7 @@ from components.manifests import workload_manifest
 from components.model import PodAdditions
 from components.providers import driver_rollout as du
 from components.providers.install_key import install_key
+from components.providers.node_changes import NodeChanges
 from components.resolve import resolve
 from components.spec import BaseFields
 
@@ -131,6 +133,29 @@ def test_a_validation_pod_of_gcu_stack_is_no_job_to_move(cluster):
         assert not any(p["metadata"]["name"] == "gcu-validate-probe" for p in api.gcu_pods("gcu-node-1"))
     finally:
         cluster.kubectl("delete", "pod", "gcu-validate-probe", "-n", "kube-system", "--wait=true")
+
+
+def test_a_rollouts_waits_wake_on_a_change_on_their_node_seen_by_a_watch(cluster):
+    api = du.Cluster(props(cluster)).api
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "wake-probe", "namespace": "default"},
+             "spec": {"nodeName": "gcu-node-2", "containers": [{"name": "main", "image": "probe:1"}]}}
+    try:
+        with NodeChanges(api) as changes:
+            on_pod_node, on_labelled = changes.seen("gcu-node-2"), changes.seen("gcu-node-1")
+            anywhere = changes.seen(None)
+            apply(cluster, [probe])
+            changes.wait("gcu-node-2", on_pod_node, 60)   # a pod bound to the node: a change on that node
+            assert changes.seen("gcu-node-2") > on_pod_node
+            cluster.kubectl("label", "node", "gcu-node-1", "gcu-test/touched=1", "--overwrite")
+            changes.wait("gcu-node-1", on_labelled, 60)   # the node object itself
+            assert changes.seen("gcu-node-1") > on_labelled
+            assert changes.seen(None) >= anywhere + 2
+        started = time.monotonic()
+        changes.wait("gcu-node-3", changes.seen("gcu-node-3"), 60)   # closed: nothing waits on it any more
+        assert time.monotonic() - started < 30
+    finally:
+        cluster.kubectl("delete", "pod", "wake-probe", "--wait=true", "--ignore-not-found")
+        cluster.kubectl("label", "node", "gcu-node-1", "gcu-test/touched-")
 
 
 def test_waves_resume_first_then_nodes_without_gcu_jobs_each_by_name():

@@ -59,6 +59,7 @@ from ..names import DEPLOY_LABEL_PREFIX, PAUSED_FOR_DRIVER_UPGRADE, label_value
 from .bundled import Bundled, bundled_diff, changed_inputs, engine_log, inputs_of
 from .cluster import ClusterMismatch, checked_api
 from .install_key import install_key
+from .node_changes import NodeChanges
 from .windows import window_state
 
 STATE_LABEL = "enflame.com/gcu.driver-upgrade-state"
@@ -85,7 +86,7 @@ ROLLBACK_ANNOTATION = "gcu-stack.enflame.com/driver-rollback"
 ROLLBACK_POD_LABEL = "gcu-stack.enflame.com/driver-rollback-of"   # the node a pinned previous-driver pod serves
 # The steps after the new driver pod is in place: a failure there is the new driver's, and a rollback undoes it.
 AFTER_THE_NEW_DRIVER = ("restart driver", "restore operands", "validate")
-POLL = 1.0
+POLL = 1.0   # the longest a wait goes without checking again: a watched change on the node wakes it sooner
 
 
 class NodeFailed(Exception):
@@ -384,6 +385,18 @@ class Cluster:
         self.apps = client.AppsV1Api(self.api.api_client)
         self.props = props
         self.sleep, self.clock = sleep, clock
+        self.changes: Optional[NodeChanges] = None   # while a rollout runs: waits wake on changes, not a fixed poll
+
+    def seen(self, node: Optional[str]) -> int:
+        """A mark to pass to `until_changed`, taken before checking a condition on `node` (None: any node)."""
+        return self.changes.seen(node) if self.changes else 0
+
+    def until_changed(self, node: Optional[str], seen: int, timeout: float) -> None:
+        """Return once something on `node` changed after `seen` was taken, or after `timeout`."""
+        if self.changes:
+            self.changes.wait(node, seen, timeout)
+        else:
+            self.sleep(timeout)
 
     @staticmethod
     def _data(response: Any) -> dict:
@@ -591,15 +604,18 @@ class NodeUpgrade:
         return {"result": result, "seconds": round(self.cluster.clock() - self.started, 1), "states": self.states,
                 "evicted": self.evicted}
 
-    def wait(self, step: str, timeout: float, done: Callable[[], bool], what: Callable[[], str], interval: float = POLL) -> None:
+    def wait(self, step: str, timeout: float, done: Callable[[], bool], what: Callable[[], str]) -> None:
         deadline = self.cluster.clock() + timeout
-        while not done():
+        while True:
+            seen = self.cluster.seen(self.node)
+            if done():
+                return
             if self.cluster.clock() > deadline:
                 raise NodeFailed(self.node, step, f"{what()} after {timeout:.0f} s")
             # A node deleted meanwhile is reported at once, not after the step's whole timeout.
             if self.cluster.node(self.node) is None:
                 raise NodeLeft(self.node, step)
-            self.cluster.sleep(interval)
+            self.cluster.until_changed(self.node, seen, POLL)
 
     def ready_check(self) -> None:
         """Nothing is done on a node that is gone or NotReady: its pods could not move nor its driver restart."""
@@ -668,6 +684,7 @@ class NodeUpgrade:
         deadline = self.cluster.clock() + timeout
         blocked: dict[str, str] = {}
         while True:
+            seen = self.cluster.seen(self.node)
             pods = self._gcu_pods()
             if not pods:
                 return
@@ -689,7 +706,7 @@ class NodeUpgrade:
                     blocked[key] = "a PodDisruptionBudget does not allow it yet"
             if self.cluster.clock() > deadline:
                 break
-            self.cluster.sleep(POLL)
+            self.cluster.until_changed(self.node, seen, POLL)
         left = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in self._gcu_pods()]
         drain = self.props.get("drain") or {}
         if not drain.get("enabled"):
@@ -834,8 +851,7 @@ class NodeUpgrade:
             return now is None or not _has_taint(now, UNSCHEDULABLE_TAINT)
 
         try:
-            self.wait("uncordon", UNCORDON_SETTLE_SECONDS, lifted, lambda: f"the node controller has not lifted {UNSCHEDULABLE_TAINT}",
-                      interval=0.1)   # usually a fraction of a second: a full poll would add one to every wave
+            self.wait("uncordon", UNCORDON_SETTLE_SECONDS, lifted, lambda: f"the node controller has not lifted {UNSCHEDULABLE_TAINT}")
         except NodeLeft:
             raise
         except NodeFailed as late:   # uncordoned all the same: the scheduler takes the node once the controller catches up
@@ -849,6 +865,7 @@ def wait_driver_ready(cluster: Cluster, revision: str, nodes: list[str], timeout
     """The gate for what follows the driver: on every GCU node it runs on, the current driver is Ready."""
     deadline = cluster.clock() + timeout
     while True:
+        seen = cluster.seen(None)
         drivers = cluster.driver_pods()
         waiting = sorted(
             n for n in nodes
@@ -861,7 +878,7 @@ def wait_driver_ready(cluster: Cluster, revision: str, nodes: list[str], timeout
                 f"the driver is not Ready on {', '.join(waiting)} after {timeout:.0f} s: its pod's readiness check "
                 "(gcu-driver-entrypoint --check) says the installed version is not loaded; see its log"
             )
-        cluster.sleep(POLL)
+        cluster.until_changed(None, seen, POLL)
 
 
 def node_states(facts: list, revision: Optional[str]) -> dict[str, str]:
@@ -951,6 +968,14 @@ def _waves(cluster: Cluster, waves: list, revision: str, log: Callable[[str], No
 def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: Optional[Cluster] = None) -> dict:
     """Upgrade every node not at the driver's current revision, wave by wave; the outputs to record."""
     cluster = cluster or Cluster(props)
+    with NodeChanges(cluster.api) as cluster.changes:
+        try:
+            return _roll(props, log, cluster)
+        finally:
+            cluster.changes = None
+
+
+def _roll(props: dict, log: Callable[[str], None], cluster: Cluster) -> dict:
     revision = cluster.current_revision()
     nodes = list(props.get("nodes") or [])
     keys = cluster.install_keys()
