@@ -187,6 +187,18 @@ def step_seconds(reports: dict) -> tuple[dict, float]:
     return {k: mean(v) for k, v in spent.items()}, mean([r["seconds"] for r in reports.values()])
 
 
+def rollout_span(reports: dict) -> float:
+    """Seconds from the first node's start to the last node's end (the reports' times are to the second)."""
+    from datetime import datetime, timedelta
+
+    def at(state: dict) -> datetime:
+        return datetime.strptime(state["at"], "%Y-%m-%dT%H:%M:%SZ")
+
+    starts = [at(r["states"][0]) for r in reports.values()]
+    ends = [at(r["states"][0]) + timedelta(seconds=r["seconds"]) for r in reports.values()]
+    return (max(ends) - min(starts)).total_seconds()
+
+
 def run(nodes: int, max_parallel: int, max_unavailable: str) -> None:
     gcu_nodes = [f"gcu-node-{i:03d}" for i in range(1, nodes + 1)]
     node_specs = [(n, GCU_NODE_LABELS, GCUS) for n in gcu_nodes] + [("cpu-node-1", {})]
@@ -246,6 +258,8 @@ def run(nodes: int, max_parallel: int, max_unavailable: str) -> None:
     steps, per_node = step_seconds(reports)
     print(f"  where a rolling node's time goes (mean over {len(reports)} nodes, {per_node:.1f} s each; a state lasts until the "
           f"next): " + ", ".join(f"{state} {seconds:.1f} s" for state, seconds in steps.items()))
+    print(f"  the rollout itself (first node's start to last node's end, ±1 s): {rollout_span(reports):.0f} s of the rolling "
+          f"up's {ours['seconds']:.1f} s")
     print("then a change to nothing the driver installs (driver imagePullPolicy IfNotPresent -> Always), gcu-stack restart-only path:")
     print(f"  wall {cosmetic['seconds']:.1f} s; most nodes cordoned {cosmetic['most_cordoned']}; GCU pods evicted or deleted "
           f"{cosmetic['gcu_ended']}; other pods {cosmetic['web_disturbed']}; driver pods replaced {cosmetic['replaced']}, "

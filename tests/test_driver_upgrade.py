@@ -8,7 +8,9 @@ PodDisruptionBudget and ordinary pods. A new driver image then rolls out node by
 from __future__ import annotations
 
 import json
+import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from driver_fixtures import (
@@ -156,6 +158,45 @@ def test_a_rollouts_waits_wake_on_a_change_on_their_node_seen_by_a_watch(cluster
     finally:
         cluster.kubectl("delete", "pod", "wake-probe", "--wait=true", "--ignore-not-found")
         cluster.kubectl("label", "node", "gcu-node-1", "gcu-test/touched-")
+
+
+def _scheduled(monkeypatch, waves: list, blocks: dict, **limits) -> tuple[list, du.Progress]:
+    """Run `waves` with NodeUpgrade.run replaced: each node records its start and end; a node in `blocks` ends only once
+    the node named there has started (or after 30 s). What happened, in order, and the progress."""
+    events, lock, started = [], threading.Lock(), {n: threading.Event() for wave in waves for n in wave}
+
+    def run(self):
+        with lock:
+            events.append(("start", self.node))
+        started[self.node].set()
+        if self.node in blocks:
+            started[blocks[self.node]].wait(30)
+        with lock:
+            events.append(("end", self.node))
+
+    monkeypatch.setattr(du.NodeUpgrade, "run", run)
+    fake = SimpleNamespace(props={}, clock=time.monotonic)
+    return events, du._waves(fake, waves, "rev", lambda _: None, **limits)
+
+
+def test_a_node_starts_as_soon_as_one_before_it_finishes_not_its_whole_wave(monkeypatch):
+    # a is slow: it ends only once c has started. Wave by wave, c would wait for a (and a for c: 30 s).
+    events, progress = _scheduled(monkeypatch, [["a", "b"], ["c", "d"]], {"a": "c"}, parallel=2, room=2)
+    assert events.index(("start", "c")) < events.index(("end", "a"))
+    assert events.index(("end", "b")) < events.index(("start", "c"))   # no more than two at once
+    assert progress.done == ["a", "b", "c", "d"] and progress.failed == {}   # reported in the plan's order
+    running = most = 0
+    for kind, _ in events:
+        running += 1 if kind == "start" else -1
+        most = max(most, running)
+    assert most == 2
+
+
+def test_a_node_that_makes_one_more_unavailable_waits_for_room_one_already_unschedulable_does_not(monkeypatch):
+    # room 1: y waits for x to end; f (unschedulable before the rollout) runs beside x.
+    events, progress = _scheduled(monkeypatch, [["x", "f"], ["y"]], {"x": "f"}, parallel=2, room=1, free=frozenset({"f"}))
+    assert events.index(("start", "f")) < events.index(("end", "x")) < events.index(("start", "y"))
+    assert progress.done == ["x", "f", "y"]
 
 
 def test_waves_resume_first_then_nodes_without_gcu_jobs_each_by_name():

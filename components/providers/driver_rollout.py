@@ -48,7 +48,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional
@@ -86,6 +86,7 @@ ROLLBACK_ANNOTATION = "gcu-stack.enflame.com/driver-rollback"
 ROLLBACK_POD_LABEL = "gcu-stack.enflame.com/driver-rollback-of"   # the node a pinned previous-driver pod serves
 # The steps after the new driver pod is in place: a failure there is the new driver's, and a rollback undoes it.
 AFTER_THE_NEW_DRIVER = ("restart driver", "restore operands", "validate")
+TAINT_WORKERS = 8   # nodes whose pending taint is set or removed at once (each a read and a conditional patch)
 POLL = 1.0   # the longest a wait goes without checking again: a watched change on the node wakes it sooner
 
 
@@ -190,6 +191,10 @@ class RolloutPlan:
     already: int  # nodes unschedulable before the rollout (not by gcu-stack)
     most_unavailable: int
     retried: dict = field(default_factory=dict)  # node -> why an earlier rollout failed or rolled it back
+    parallel: int = 1  # nodes on the full path at once (maxParallel)
+    room: int = 1  # of those, nodes the rollout itself may make unavailable at once (the budget left)
+    free: frozenset = frozenset()  # nodes to upgrade that were unschedulable already: they take no room
+    batch: int = 1  # restart-only nodes at once
 
     @property
     def nodes(self) -> list[str]:
@@ -266,6 +271,9 @@ def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailab
     if wave:
         waves.append(wave)
         most = max(most, already + adds)
+    # Nodes start as others finish (not wave by wave): at worst every slot holds a node the rollout makes unavailable.
+    adding_nodes = sum(1 for n in todo if not (n.unschedulable and not ours_cordoned(n)))
+    most = max(most, already + min(max(1, max_parallel), max(budget - already, 1), adding_nodes))
     # The restart-only nodes stay available; a batch's size still bounds what a bad template could break at once.
     batch = max(budget, max_parallel, 1)
     return RolloutPlan(
@@ -281,6 +289,10 @@ def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailab
         most_unavailable=most,
         retried={n.name: f"{'rolled back after' if rolled_back(n) else 'failed at'} {n.annotations.get(REASON_ANNOTATION) or 'an earlier rollout'}"
                  for n in todo if n.labels.get(STATE_LABEL) in (FAILED, ROLLED_BACK)},
+        parallel=max(1, max_parallel),
+        room=max(budget - already, 1),
+        free=frozenset(n.name for n in todo if n.unschedulable and not ours_cordoned(n)),
+        batch=batch,
     )
 
 
@@ -304,6 +316,9 @@ def describe(plan_: RolloutPlan, image: str, old_images: list[str], max_parallel
                 pods = plan_.evictions.get(node) or []
                 parts.append(f"{node} (evicts {', '.join(pods)})" if pods else f"{node} (no GCU pod to evict)")
             lines.append(f"  wave {i}: " + "; ".join(parts))
+        if len(plan_.waves) > 1:
+            lines.append(f"  up to {plan_.parallel} node(s) at once, in this order: each starts as soon as one before it "
+                         "finishes, not when its whole wave has")
         for node, why in sorted(plan_.retried.items()):
             lines.append(f"  retried: {node} ({why})")
         lines.append(f"  until its wave, each node carries the taint {PENDING_TAINT['key']}:{PENDING_TAINT['effect']}, "
@@ -453,10 +468,13 @@ class Cluster:
         )["items"]
 
     def gcu_pods(self, node: str) -> list[dict]:
-        """The pods on `node` that hold GCUs: running, requesting a GCU resource, neither a node agent nor one of
-        gcu-stack's own short checks (a validation pod is no job to move, nor to order the waves by)."""
-        return [p for p in self.pods_on(node) if _live(p) and not _daemonset_pod(p) and not _ours(p)
-                and requests_gcu(p, self.props["resources"])]
+        """The pods on `node` that hold GCUs (gcu_job)."""
+        return [p for p in self.pods_on(node) if self.gcu_job(p)]
+
+    def gcu_job(self, pod: dict) -> bool:
+        """Holds GCUs: running, requesting a GCU resource, neither a node agent nor one of gcu-stack's own short
+        checks (a validation pod is no job to move, nor to order the waves by)."""
+        return _live(pod) and not _daemonset_pod(pod) and not _ours(pod) and requests_gcu(pod, self.props["resources"])
 
     def daemonset(self) -> dict:
         p = self.props
@@ -474,7 +492,7 @@ class Cluster:
                 return newest
             if self.clock() > deadline:
                 raise RuntimeError(f"DaemonSet {p['namespace']}/{p['daemonSet']}: the controller recorded no revision in {timeout:.0f}s")
-            self.sleep(POLL)
+            self.sleep(POLL / 10)   # the controller records it within moments of the DaemonSet's update
 
     def _revisions(self, ds: dict) -> list[dict]:
         revisions = self._data(self.apps.list_namespaced_controller_revision(ds["metadata"]["namespace"], _preload_content=False))["items"]
@@ -557,12 +575,19 @@ class Cluster:
         change takes the full path); `keys`: install_keys(), when the caller has read them already."""
         drivers = self.driver_pods()
         keys = keys if keys is not None else (self.install_keys() if target_install else {})
+        # Two lists, not two calls per node: on 100 nodes that took seconds at each end of a rollout.
+        live_nodes = {n["metadata"]["name"]: n for n in self._data(self.api.list_node(_preload_content=False))["items"]}
+        jobs: dict[str, list[str]] = {}
+        for pod in self._data(self.api.list_pod_for_all_namespaces(_preload_content=False))["items"]:
+            if self.gcu_job(pod):
+                jobs.setdefault((pod.get("spec") or {}).get("nodeName"), []).append(
+                    f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
         found = []
         for name in sorted(set(nodes)):
-            node = self.node(name)
+            node = live_nodes.get(name)
             if node is None:
                 continue
-            gcu = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in self.gcu_pods(name)]
+            gcu = jobs.get(name, [])
             driver = drivers.get(name)
             driver_revision = (driver["metadata"].get("labels") or {}).get(REVISION_LABEL) if driver else None
             found.append(
@@ -901,12 +926,18 @@ class Progress:
 
 
 def _waves(cluster: Cluster, waves: list, revision: str, log: Callable[[str], None], restart_only: bool = False,
-           gate: Callable[[], Optional[str]] = lambda: None, previous: Optional[dict] = None) -> Progress:
-    """Run `waves` one after the other (each node on the full path, or `restart_only`), each only when `gate` lets it
-    start; stop after a wave in which a node failed. With the `rollback` input, a node whose new driver failed is
-    rolled back to its `previous` revision."""
+           gate: Callable[[], Optional[str]] = lambda: None, previous: Optional[dict] = None, parallel: int = 0,
+           room: int = 0, free: frozenset = frozenset()) -> Progress:
+    """Run the nodes of `waves` in their order, each on the full path (or `restart_only`): up to `parallel` at once
+    (default: the widest wave), of which at most `room` are made unavailable by it (nodes in `free` were already). A
+    node starts as soon as a running one finishes, not once its whole wave has: a slow node holds up one slot, not
+    the nine beside it. A node starts only when `gate` lets it, and none once a node failed (those running finish).
+    With the `rollback` input, a node whose new driver failed is rolled back to its `previous` revision."""
     progress = Progress()
     previous = previous or {}
+    order = [n for wave in waves for n in wave]
+    parallel = max(1, parallel or max((len(w) for w in waves), default=1))
+    room = max(1, room or parallel)
 
     def can_roll_back(failure: NodeFailed) -> bool:
         back = previous.get(failure.node)
@@ -914,54 +945,68 @@ def _waves(cluster: Cluster, waves: list, revision: str, log: Callable[[str], No
 
     upgraded, failed, left, reports = progress.done, progress.failed, progress.left, progress.reports
     done = "restarted" if restart_only else "upgraded"
-    for wave in waves:
-        progress.paused = gate()
-        if progress.paused:
-            log(f"driver rollout paused before {', '.join(wave)}: {progress.paused}")
-            break
-        def one(node: str) -> Optional[NodeFailed]:
-            upgrade = NodeUpgrade(cluster, node, revision, log, previous.get(node))
-            try:
-                upgrade.run_restart_only() if restart_only else upgrade.run()
-                reports[node] = upgrade.report(done)
-                return None
-            except NodeFailed as error:
-                failure = error
-            except Exception as error:  # noqa: BLE001 - recorded on the node like any other failure
-                failure = NodeFailed(node, "upgrade", str(error))
-            # Whatever failed (a 404, a wait), a node that is gone has nothing left to upgrade.
-            failure = failure if isinstance(failure, NodeLeft) or cluster.node(node) is not None else NodeLeft(node, failure.step)
-            if not isinstance(failure, NodeLeft) and can_roll_back(failure):
-                try:
-                    upgrade.roll_back(failure)
-                    reports[node] = {**upgrade.report(ROLLED_BACK), "reason": f"{failure.step}: {failure.message}"}
-                    return RolledBack(failure, previous[node])
-                except Exception as error:  # noqa: BLE001 - the node stays cordoned and failed, saying both
-                    failure = NodeFailed(node, failure.step, f"{failure.message}; rolling back failed too: {error}")
-            reports[node] = {**upgrade.report("left" if isinstance(failure, NodeLeft) else "failed"),
-                             "reason": f"{failure.step}: {failure.message}"}
-            return failure
 
-        with ThreadPoolExecutor(max_workers=max(1, len(wave))) as pool:
-            for node, failure in zip(wave, pool.map(one, wave), strict=True):
-                if failure is None:
-                    upgraded.append(node)
-                    log(f"{node}: driver {done}")
-                elif isinstance(failure, NodeLeft):
-                    left.append(node)
-                    log(f"{node}: {LEFT} (at {failure.step}); going on with the other nodes")
-                elif isinstance(failure, RolledBack):
-                    failed[node] = f"{failure.step}: {failure.message} (rolled back to revision {failure.revision})"
-                    progress.rolled_back.append(node)
-                    log(f"{node}: rolled back to revision {failure.revision}, validated and uncordoned")
-                else:
-                    failed[node] = f"{failure.step}: {failure.message}"
-                    try:
-                        NodeUpgrade(cluster, node, revision, log).state(FAILED, failed[node][:1000])
-                    except Exception:  # noqa: BLE001 - the node may be gone; the error says so
-                        pass
-        if failed:
-            break
+    def one(node: str) -> Optional[NodeFailed]:
+        upgrade = NodeUpgrade(cluster, node, revision, log, previous.get(node))
+        try:
+            upgrade.run_restart_only() if restart_only else upgrade.run()
+            reports[node] = upgrade.report(done)
+            return None
+        except NodeFailed as error:
+            failure = error
+        except Exception as error:  # noqa: BLE001 - recorded on the node like any other failure
+            failure = NodeFailed(node, "upgrade", str(error))
+        # Whatever failed (a 404, a wait), a node that is gone has nothing left to upgrade.
+        failure = failure if isinstance(failure, NodeLeft) or cluster.node(node) is not None else NodeLeft(node, failure.step)
+        if not isinstance(failure, NodeLeft) and can_roll_back(failure):
+            try:
+                upgrade.roll_back(failure)
+                reports[node] = {**upgrade.report(ROLLED_BACK), "reason": f"{failure.step}: {failure.message}"}
+                return RolledBack(failure, previous[node])
+            except Exception as error:  # noqa: BLE001 - the node stays cordoned and failed, saying both
+                failure = NodeFailed(node, failure.step, f"{failure.message}; rolling back failed too: {error}")
+        reports[node] = {**upgrade.report("left" if isinstance(failure, NodeLeft) else "failed"),
+                         "reason": f"{failure.step}: {failure.message}"}
+        return failure
+
+    def record(node: str, failure: Optional[NodeFailed]) -> None:
+        if failure is None:
+            upgraded.append(node)
+            log(f"{node}: driver {done}")
+        elif isinstance(failure, NodeLeft):
+            left.append(node)
+            log(f"{node}: {LEFT} (at {failure.step}); going on with the other nodes")
+        elif isinstance(failure, RolledBack):
+            failed[node] = f"{failure.step}: {failure.message} (rolled back to revision {failure.revision})"
+            progress.rolled_back.append(node)
+            log(f"{node}: rolled back to revision {failure.revision}, validated and uncordoned")
+        else:
+            failed[node] = f"{failure.step}: {failure.message}"
+            try:
+                NodeUpgrade(cluster, node, revision, log).state(FAILED, failed[node][:1000])
+            except Exception:  # noqa: BLE001 - the node may be gone; the error says so
+                pass
+
+    def may_start(node: str, running: dict) -> bool:
+        unavailable = sum(1 for n in running.values() if n not in free)
+        return len(running) < parallel and (node in free or unavailable < room)
+
+    pending, running = list(order), {}
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        while True:
+            while pending and not failed and not progress.paused and may_start(pending[0], running):
+                progress.paused = gate()
+                if progress.paused:
+                    log(f"driver rollout paused before {', '.join(pending)}: {progress.paused}")
+                    break
+                node = pending.pop(0)
+                running[pool.submit(one, node)] = node
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                record(running.pop(future), future.result())
+    upgraded.sort(key=order.index)   # reported in the plan's order, whichever finished first
     return progress
 
 
@@ -986,20 +1031,25 @@ def _roll(props: dict, log: Callable[[str], None], cluster: Cluster) -> dict:
     gate = lambda: wave_gate(props, started)  # noqa: E731
     # Outside a window nothing starts: no node repels jobs for a rollout that is not running.
     repelling = set(the_plan.nodes) if gate() is None else set()
-    for name in sorted(set(nodes)):   # an interrupted rollout's taints go from nodes with nothing left to do
-        cluster.set_pending_taint(name, name in repelling)
+    with ThreadPoolExecutor(max_workers=TAINT_WORKERS) as pool:   # an interrupted rollout's taints go from nodes with nothing left
+        list(pool.map(lambda name: cluster.set_pending_taint(name, name in repelling), sorted(set(nodes))))
     try:
         # The restart-only nodes first: quick, and nothing is cordoned if one of them fails.
-        restarts = _waves(cluster, the_plan.restarts, revision, log, restart_only=True, gate=gate, previous=previous)
-        upgrades = _waves(cluster, the_plan.waves, revision, log, gate=gate, previous=previous) \
+        restarts = _waves(cluster, the_plan.restarts, revision, log, restart_only=True, gate=gate, previous=previous,
+                          parallel=the_plan.batch, room=the_plan.batch)
+        upgrades = _waves(cluster, the_plan.waves, revision, log, gate=gate, previous=previous, parallel=the_plan.parallel,
+                          room=the_plan.room, free=the_plan.free) \
             if not (restarts.failed or restarts.paused) else Progress(paused=restarts.paused)
     finally:   # stopped or done: no node keeps repelling jobs
-        for name in sorted(repelling):
+        def untaint(name: str) -> None:
             try:
                 cluster.set_pending_taint(name, False)
             except Exception as error:  # noqa: BLE001 - the rollout's own error (if any) is the one to report
                 log(f"{name}: could not remove the taint {PENDING_TAINT['key']} ({error}); the next `pulumi up` or "
                     "destroy removes it")
+
+        with ThreadPoolExecutor(max_workers=TAINT_WORKERS) as pool:
+            list(pool.map(untaint, sorted(repelling)))
     upgraded, restarted, paused = upgrades.done, restarts.done, upgrades.paused
     failed, left = {**restarts.failed, **upgrades.failed}, restarts.left + upgrades.left
     rolled = restarts.rolled_back + upgrades.rolled_back
