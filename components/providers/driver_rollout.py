@@ -213,15 +213,21 @@ def ours_cordoned(facts: NodeFacts) -> bool:
     return facts.annotations.get(CORDONED_ANNOTATION) == "true"
 
 
+def rollback_hold(annotations: dict) -> Optional[dict]:
+    """What a rollback recorded on a node (its driver deploy label's `label` and earlier `value`, the `revision` it runs
+    again); None when the node is not rolled back."""
+    raw = annotations.get(ROLLBACK_ANNOTATION)
+    return json.loads(raw) if raw is not None else None
+
+
 def rolled_back(facts: NodeFacts) -> bool:
     return ROLLBACK_ANNOTATION in facts.annotations
 
 
 def previous_revision(facts: NodeFacts) -> Optional[str]:
     """The revision a rollback puts back: the one a rolled-back node runs again, else its driver pod's."""
-    if rolled_back(facts):
-        return json.loads(facts.annotations[ROLLBACK_ANNOTATION]).get("revision")
-    return facts.driver_revision
+    held = rollback_hold(facts.annotations)
+    return held.get("revision") if held else facts.driver_revision
 
 
 def full_path_begun(facts: NodeFacts) -> bool:
@@ -401,6 +407,7 @@ class Cluster:
         self.props = props
         self.sleep, self.clock = sleep, clock
         self.changes: Optional[NodeChanges] = None   # while a rollout runs: waits wake on changes, not a fixed poll
+        self._driver_selector: Optional[str] = None
 
     def seen(self, node: Optional[str]) -> int:
         """A mark to pass to `until_changed`, taken before checking a condition on `node` (None: any node)."""
@@ -508,11 +515,15 @@ class Cluster:
         return {r["metadata"]["labels"][REVISION_LABEL]: install_key(((r.get("data") or {}).get("spec") or {}).get("template") or {})
                 for r in self._revisions(self.daemonset()) if REVISION_LABEL in (r["metadata"].get("labels") or {})}
 
-    def driver_pods(self) -> dict[str, dict]:
-        """Driver pods by node (the newest on each node)."""
-        ds = self.daemonset()
-        selector = ",".join(f"{k}={v}" for k, v in ds["spec"]["selector"]["matchLabels"].items())
-        pods = self._data(self.api.list_namespaced_pod(self.props["namespace"], label_selector=selector, _preload_content=False))["items"]
+    def driver_pods(self, node: Optional[str] = None) -> dict[str, dict]:
+        """Driver pods by node (the newest on each node); only `node`'s when given (a node's waits ask often: one
+        pod, not the whole DaemonSet's)."""
+        if self._driver_selector is None:   # immutable in apps/v1: read once
+            ds = self.daemonset()
+            self._driver_selector = ",".join(f"{k}={v}" for k, v in ds["spec"]["selector"]["matchLabels"].items())
+        pods = self._data(self.api.list_namespaced_pod(
+            self.props["namespace"], label_selector=self._driver_selector,
+            field_selector=f"spec.nodeName={node}" if node else None, _preload_content=False))["items"]
         found: dict[str, dict] = {}
         for pod in pods:
             node = (pod.get("spec") or {}).get("nodeName")
@@ -771,16 +782,16 @@ class NodeUpgrade:
 
         self.state(RESTARTING)
         self.release_rollback()
-        pod = self.cluster.driver_pods().get(self.node)
+        pod = self.cluster.driver_pods(self.node).get(self.node)
         if pod is not None and (pod["metadata"].get("labels") or {}).get(REVISION_LABEL) != self.revision:
             self.cluster.delete_pod(pod)
 
         def ready() -> bool:
-            new = self.cluster.driver_pods().get(self.node)
+            new = self.cluster.driver_pods(self.node).get(self.node)
             return bool(new) and (new["metadata"].get("labels") or {}).get(REVISION_LABEL) == self.revision and _ready(new)
 
         def why() -> str:
-            new = self.cluster.driver_pods().get(self.node)
+            new = self.cluster.driver_pods(self.node).get(self.node)
             if new is None:
                 return "no new driver pod was scheduled on the node"
             waiting = [c.get("state", {}).get("waiting", {}).get("reason") for c in (new.get("status") or {}).get("containerStatuses") or []]
@@ -793,10 +804,9 @@ class NodeUpgrade:
         """A node an earlier rollout rolled back: its pinned pod of the previous driver goes, and the DaemonSet may run
         there again (the driver deploy label as it was)."""
         node = self.cluster.node(self.node) or {"metadata": {}}
-        raw = (node["metadata"].get("annotations") or {}).get(ROLLBACK_ANNOTATION)
-        if raw is None:
+        held = rollback_hold(node["metadata"].get("annotations") or {})
+        if held is None:
             return
-        held = json.loads(raw)
         self.cluster.delete_rollback_pods(self.node)
         self.wait("restart driver", float(self.props["driverReadyTimeoutSeconds"]), lambda: not self.cluster.rollback_pods(self.node),
                   lambda: "the rolled-back driver pod is still on the node")
@@ -818,7 +828,7 @@ class NodeUpgrade:
                                                              "annotations": {ROLLBACK_ANNOTATION: json.dumps(held, sort_keys=True)}}})
         timeout = float(self.props["driverReadyTimeoutSeconds"])
         # Held off the node, the DaemonSet's controller deletes its new pod there (scheduled or still pending).
-        self.wait("roll back", timeout, lambda: self.node not in self.cluster.driver_pods(),
+        self.wait("roll back", timeout, lambda: self.node not in self.cluster.driver_pods(self.node),
                   lambda: "the new driver pod is still on the node")
         self.cluster.create_rollback_pod(self.node, str(self.previous))
 
@@ -1117,8 +1127,8 @@ def clean_up(props: dict) -> None:
         if annotations.get(CORDONED_ANNOTATION) == "true":
             patch["spec"] = {"unschedulable": None}
             patch["metadata"]["annotations"][CORDONED_ANNOTATION] = None
-        if ROLLBACK_ANNOTATION in annotations:   # the pinned previous driver goes with the rest
-            held = json.loads(annotations[ROLLBACK_ANNOTATION])
+        held = rollback_hold(annotations)
+        if held:   # the pinned previous driver goes with the rest
             cluster.delete_rollback_pods(name)
             patch["metadata"]["labels"][held["label"]] = held["value"]
             patch["metadata"]["annotations"][ROLLBACK_ANNOTATION] = None
