@@ -210,6 +210,17 @@ def test_waves_resume_first_then_nodes_without_gcu_jobs_each_by_name():
     assert du.plan(facts, "rev-2", 1, "100%").nodes == ["c", "b", "d", "a"]
 
 
+def test_the_preview_says_how_many_nodes_run_at_once_within_the_budget():
+    facts = [du.NodeFacts(name, driver_revision="rev-1") for name in ("a", "b", "c", "d")]
+    # maxParallel 2, but a budget of one node: one at a time, as the rollout runs them (the walk-through showed "2").
+    lines = du.describe(du.plan(facts, "rev-2", 2, 1), "gcu-driver:2.0", ["gcu-driver:1.0"], 2, 1)
+    assert "  up to 1 node(s) at once, in this order: each starts as soon as one before it finishes, not when its whole wave has" in lines
+    # A node unschedulable before the rollout takes none of the budget: it may run beside the one node that does.
+    facts[0].unschedulable = True
+    lines = du.describe(du.plan(facts, "rev-2", 2, 2), "gcu-driver:2.0", ["gcu-driver:1.0"], 2, 2)
+    assert any(line.startswith("  up to 2 node(s) at once") for line in lines), lines
+
+
 def test_a_node_without_a_driver_pod_is_skipped_unless_a_rollout_is_still_at_it():
     # The CI failure this pins: a node that failed at `restart driver` (its old pod deleted) was skipped by the next run
     # when its new pod had not been created yet, and never upgraded.

@@ -2,7 +2,8 @@
 under a running GCU job.
 
 The driver DaemonSet is `OnDelete`: changing it only records a new revision. This resource
-then upgrades, in waves, every GCU node whose driver pod is not at that revision:
+then upgrades every GCU node whose driver pod is not at that revision, up to maxParallel at once (a node
+starting as soon as one before it finishes):
 
     upgrade-required → cordoned → (wait for jobs) → evicting → restarting-driver → validating → done
                                                                                  (or failed)
@@ -14,7 +15,7 @@ GCU operands on the node through their deploy label (`paused-for-driver-upgrade`
 their DaemonSets' node affinity), delete the driver pod and wait for the new one to be Ready
 (Ready means "the right version is loaded"), restore the operand labels and wait for their
 pods, validate the node, uncordon. The state is on the node (`enflame.com/gcu.driver-upgrade-state`,
-a reason annotation when it failed). A failure stops the rollout after the current wave with
+a reason annotation when it failed). A failure stops the rollout (the nodes under way finish, no other starts) with
 the node cordoned; the next update resumes and skips finished nodes. Delete leaves no cordon,
 label, annotation or taint of gcu-stack's behind.
 
@@ -36,11 +37,12 @@ return, it is validated and uncordoned, in state `rolled-back`; the rollout stop
 rollout retries that node first, releasing the pinned pod and the label.
 
 With maintenance windows (`windows`, components/providers/windows.py) or `maxDurationMinutes`,
-a wave (or restart batch) starts only inside a window and within that duration of the rollout's
-start; one under way finishes. The rest waits, untouched and without our taint: `pulumi up`
+a node starts only inside a window and within that duration of the rollout's start; those under
+way finish. The rest waits, untouched and without our taint: `pulumi up`
 succeeds saying when the next window opens, and the next `up` continues.
 
-`plan()` is pure: the preview prints it, the rollout follows it wave by wave.
+`plan()` is pure: the preview prints it, the rollout follows its order. Each wait of a node's upgrade is woken by a
+watch of the node and its pods (components/providers/node_changes.py), and checks again at least every second.
 """
 
 from __future__ import annotations
@@ -322,8 +324,9 @@ def describe(plan_: RolloutPlan, image: str, old_images: list[str], max_parallel
                 pods = plan_.evictions.get(node) or []
                 parts.append(f"{node} (evicts {', '.join(pods)})" if pods else f"{node} (no GCU pod to evict)")
             lines.append(f"  wave {i}: " + "; ".join(parts))
-        if len(plan_.waves) > 1:
-            lines.append(f"  up to {plan_.parallel} node(s) at once, in this order: each starts as soon as one before it "
+        if len(plan_.waves) > 1:   # maxParallel, or less: the budget (nodes unschedulable before take none of it)
+            at_once = min(plan_.parallel, plan_.room + len(plan_.free))
+            lines.append(f"  up to {at_once} node(s) at once, in this order: each starts as soon as one before it "
                          "finishes, not when its whole wave has")
         for node, why in sorted(plan_.retried.items()):
             lines.append(f"  retried: {node} ({why})")
@@ -1021,7 +1024,7 @@ def _waves(cluster: Cluster, waves: list, revision: str, log: Callable[[str], No
 
 
 def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: Optional[Cluster] = None) -> dict:
-    """Upgrade every node not at the driver's current revision, wave by wave; the outputs to record."""
+    """Upgrade every node not at the driver's current revision, in the plan's order; the outputs to record."""
     cluster = cluster or Cluster(props)
     with NodeChanges(cluster.api) as cluster.changes:
         try:
