@@ -264,24 +264,22 @@ def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailab
     # Resume first what an interrupted rollout left cordoned or rolled back, then nodes without GCU pods (the jobs
     # evicted later then have upgraded nodes to go to), then the rest; by name within each.
     todo.sort(key=lambda n: (not (ours_cordoned(n) or rolled_back(n)), bool(n.gcu_pods), n.name))
-    waves, most = [], already
+    parallel, room = max(1, max_parallel), max(budget - already, 1)
+    free = frozenset(n.name for n in todo if n.unschedulable and not ours_cordoned(n))   # they add nothing unavailable
+    waves: list[list[str]] = []
     wave: list[str] = []
-    adds = 0  # nodes this wave makes unavailable (ones already unschedulable add nothing)
+    adds = 0  # nodes this wave makes unavailable
     for node in todo:
-        adding = 0 if (node.unschedulable and not ours_cordoned(node)) else 1
-        room = budget - already
-        if wave and (len(wave) >= max(1, max_parallel) or (adding and adds + adding > max(room, 1))):
+        adding = 0 if node.name in free else 1
+        if wave and (len(wave) >= parallel or (adding and adds + adding > room)):
             waves.append(wave)
-            most = max(most, already + adds)
             wave, adds = [], 0
         wave.append(node.name)
         adds += adding
     if wave:
         waves.append(wave)
-        most = max(most, already + adds)
     # Nodes start as others finish (not wave by wave): at worst every slot holds a node the rollout makes unavailable.
-    adding_nodes = sum(1 for n in todo if not (n.unschedulable and not ours_cordoned(n)))
-    most = max(most, already + min(max(1, max_parallel), max(budget - already, 1), adding_nodes))
+    most = already + min(parallel, room, len(todo) - len(free))
     # The restart-only nodes stay available; a batch's size still bounds what a bad template could break at once.
     batch = max(budget, max_parallel, 1)
     return RolloutPlan(
@@ -297,9 +295,9 @@ def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailab
         most_unavailable=most,
         retried={n.name: f"{'rolled back after' if rolled_back(n) else 'failed at'} {n.annotations.get(REASON_ANNOTATION) or 'an earlier rollout'}"
                  for n in todo if n.labels.get(STATE_LABEL) in (FAILED, ROLLED_BACK)},
-        parallel=max(1, max_parallel),
-        room=max(budget - already, 1),
-        free=frozenset(n.name for n in todo if n.unschedulable and not ours_cordoned(n)),
+        parallel=parallel,
+        room=room,
+        free=free,
         batch=batch,
     )
 
@@ -939,18 +937,17 @@ class Progress:
 
 
 def _waves(cluster: Cluster, waves: list, revision: str, log: Callable[[str], None], restart_only: bool = False,
-           gate: Callable[[], Optional[str]] = lambda: None, previous: Optional[dict] = None, parallel: int = 0,
-           room: int = 0, free: frozenset = frozenset()) -> Progress:
-    """Run the nodes of `waves` in their order, each on the full path (or `restart_only`): up to `parallel` at once
-    (default: the widest wave), of which at most `room` are made unavailable by it (nodes in `free` were already). A
+           gate: Callable[[], Optional[str]] = lambda: None, previous: Optional[dict] = None, parallel: int = 1,
+           room: int = 1, free: frozenset = frozenset()) -> Progress:
+    """Run the nodes of `waves` in their order, each on the full path (or `restart_only`): up to `parallel` at once,
+    of which at most `room` are made unavailable by it (nodes in `free` were already). A
     node starts as soon as a running one finishes, not once its whole wave has: a slow node holds up one slot, not
     the nine beside it. A node starts only when `gate` lets it, and none once a node failed (those running finish).
     With the `rollback` input, a node whose new driver failed is rolled back to its `previous` revision."""
     progress = Progress()
     previous = previous or {}
     order = [n for wave in waves for n in wave]
-    parallel = max(1, parallel or max((len(w) for w in waves), default=1))
-    room = max(1, room or parallel)
+    parallel, room = max(1, parallel), max(1, room)
 
     def can_roll_back(failure: NodeFailed) -> bool:
         back = previous.get(failure.node)
