@@ -11,7 +11,7 @@ import json
 from typing import Any, Optional
 
 from .model import ContainerDef, PodAdditions, RbacDef, ResolvedComponent, ResolvedContainer, ResolvedWorkload
-from .names import DEPLOY_LABEL_PREFIX, OPERANDS_LABEL, PAUSED_FOR_DRIVER_UPGRADE, label_value  # noqa: F401 (tests use it from here)
+from .names import DEPLOY_LABEL_PREFIX, DRIVER_POOL_LABEL, OPERANDS_LABEL, PAUSED_FOR_DRIVER_UPGRADE, label_value  # noqa: F401 (tests use it from here)
 
 PART_OF = "gcu-stack"
 # Where a container that mounts the host's /dev keeps its termination message (the default is in /dev).
@@ -141,7 +141,7 @@ def _volumes(component: ResolvedComponent, workload: ResolvedWorkload, additions
     return list(volumes.values())
 
 
-def _node_affinity(component: ResolvedComponent, additions: PodAdditions) -> Optional[dict]:
+def _node_affinity(component: ResolvedComponent, workload: ResolvedWorkload, additions: PodAdditions) -> Optional[dict]:
     expressions = []
     if component.definition.gcu_nodes_only:
         # Operators opt a node out of one component, or of all, by setting the deploy
@@ -154,6 +154,9 @@ def _node_affinity(component: ResolvedComponent, additions: PodAdditions) -> Opt
             {"key": DEPLOY_LABEL_PREFIX + component.definition.key, "operator": "NotIn", "values": excluded},
             {"key": OPERANDS_LABEL, "operator": "NotIn", "values": ["false"]},
         ]
+    if workload.other_pools is not None:
+        # With pools, the component's own workload leaves a node once a pool's rollout has moved it there.
+        expressions.append({"key": DRIVER_POOL_LABEL, "operator": "DoesNotExist"})
     if additions.node_names:
         expressions.append({"key": "kubernetes.io/hostname", "operator": "In", "values": list(additions.node_names)})
     if not expressions:
@@ -172,7 +175,7 @@ def pod_template(component: ResolvedComponent, workload: ResolvedWorkload, insta
     if workload.definition.kind == "DaemonSet":  # node agents
         spec["priorityClassName"] = NODE_CRITICAL
         spec["tolerations"] = [dict(t) for t in TOLERATIONS]
-    affinity = _node_affinity(component, additions)
+    affinity = _node_affinity(component, workload, additions)
     if affinity:
         spec["affinity"] = affinity
     if workload.node_selector:

@@ -221,6 +221,8 @@ class StepDef:
 class StepResult:
     resource: "pulumi.Resource"
     done: "pulumi.Output[bool]"
+    # Further resources successors wait for (a step declared once per node pool: the pools' own).
+    also: list = field(default_factory=list)
     outputs: dict = field(default_factory=dict)  # stack outputs it contributes
     facts: dict = field(default_factory=dict)  # plain values later steps may read (e.g. which nodes are GCU nodes)
     # A GcuResource condition it reports (a driver upgrade's: action "upgrade", with progress), or None.
@@ -292,6 +294,12 @@ class ResolvedWorkload:
     node_selector: Optional[dict[str, str]]
     containers: tuple[ResolvedContainer, ...]
     name_from: str = ""  # the field naming it, e.g. "spec.nightingale.redis-deploy.name"
+    # The node pool (spec.<key>.pools) it serves, and that pool's nodeSelector; None: the component's own workload.
+    pool: Optional[str] = None
+    pool_selector: dict[str, str] = field(default_factory=dict)
+    # The component's own workload when the spec has `pools` (even []): their nodeSelectors, whose nodes it leaves to
+    # them. None: no pools key, the workload is as it always was.
+    other_pools: Optional[tuple[dict[str, str], ...]] = None
 
 
 @dataclass(frozen=True)

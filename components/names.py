@@ -24,6 +24,9 @@ DEFAULT_PULL_POLICY = "IfNotPresent"
 KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 # A node agent's deploy label while the driver under it is replaced (its DaemonSet's node affinity excludes it).
 PAUSED_FOR_DRIVER_UPGRADE = "paused-for-driver-upgrade"
+# The driver pool (spec.driver.pools) whose DaemonSet runs on a node. Set by a pool's rollout once the node is drained and
+# its old driver pod gone, never by a selector: relabelling a node must not swap its driver under a running job.
+DRIVER_POOL_LABEL = "gcu-stack.enflame.com/driver-pool"
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 LABEL_VALUE_MAX = 63

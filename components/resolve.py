@@ -9,12 +9,13 @@ when the first level leaves it unset; the catalog's default applies last.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Optional
 
 import pulumi
 
 from .model import ComponentDef, ContainerDef, ResolvedComponent, ResolvedContainer, ResolvedWorkload, WorkloadDef
-from .names import DEFAULT_PULL_POLICY, DEFAULT_REPOSITORY, DEFAULT_VERSION, GCU_PRESENT_LABEL
+from .names import DEFAULT_PULL_POLICY, DEFAULT_REPOSITORY, DEFAULT_VERSION, DRIVER_POOL_LABEL, GCU_PRESENT_LABEL
 from .spec import BaseFields, is_digest
 
 
@@ -126,6 +127,38 @@ def _workload(definition: ComponentDef, spec: BaseFields, workload: WorkloadDef,
     )
 
 
+POOL_FIELDS = ("repository", "image", "version")
+
+
+def _pool_workloads(definition: ComponentDef, spec: BaseFields, own: ResolvedWorkload, spec_path: str) -> list[ResolvedWorkload]:
+    """The component's own workload, kept off the nodes a pool's rollout took, then one workload per pool
+    (`<name>-<pool>`) running the pool's image on those nodes; a pool's unset image fields are the component's."""
+    pools = getattr(spec, "pools", None)
+    if pools is None:
+        return [own]
+    found = [replace(own, other_pools=tuple(dict(p.node_selector) for p in pools))]
+    for index, pool in enumerate(pools):
+        where = f"{spec_path}.pools[{index}]"
+        own_fields = [f for f in POOL_FIELDS if _was_set(pool, f)]
+        merged = spec.model_copy(update={f: getattr(pool, f) for f in own_fields})
+        containers = []
+        for container in own.containers:
+            again = _container(definition, merged, container.definition, container.definition.part or own.definition.part, spec_path)
+            image_from = tuple(f"{where}.{f}" if f in own_fields else source for f, source in zip(POOL_FIELDS, again.image_from, strict=True))
+            containers.append(replace(again, image_from=image_from))
+        found.append(replace(
+            own,
+            name=f"{own.name}-{pool.name}",
+            name_from=f"{where}.name",
+            # The node's pool label, which its rollout sets once the node is drained (not the pool's own selector).
+            node_selector={**(own.node_selector or {}), DRIVER_POOL_LABEL: pool.name},
+            containers=tuple(containers),
+            pool=pool.name,
+            pool_selector=dict(pool.node_selector),
+        ))
+    return found
+
+
 def resolve(definition: ComponentDef, spec: BaseFields, spec_path: str) -> ResolvedComponent:
     if len(definition.workloads) > 1 and spec.name:
         pulumi.log.warn(
@@ -140,7 +173,11 @@ def resolve(definition: ComponentDef, spec: BaseFields, spec_path: str) -> Resol
         spec=spec,
         name=name,
         namespace=namespace,
-        workloads=tuple(_workload(definition, spec, w, name, name_from, spec_path) for w in definition.workloads),
+        workloads=tuple(
+            pooled
+            for w in definition.workloads
+            for pooled in _pool_workloads(definition, spec, _workload(definition, spec, w, name, name_from, spec_path), spec_path)
+        ),
         name_from=name_from,
         namespace_from=f"{spec_path}.namespace" if spec.namespace else unset(f"{spec_path}.namespace", namespace),
     )

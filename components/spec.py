@@ -361,3 +361,55 @@ def reference_problem(reference: str) -> Optional[str]:
             return f"registry host {first!r} is not valid (DNS names joined by single dots, an optional :port)"
         return _path_problem(rest, "path")
     return _path_problem(name, "path")
+
+
+# ---------------------------------------------------------------------------- node pools
+
+# A pool's name suffixes its workload's (`<name>-<pool>`) and its step's resource.
+POOL_NAME_MAX = 40
+PoolSelector = Annotated[dict[str, str], AfterValidator(node_selector)]
+
+
+class Pool(Model):
+    """A node pool with its own image: the component's own fields are the default for the fields it leaves unset."""
+
+    name: Annotated[str, matching(DNS1123_LABEL, "a lowercase RFC 1123 label (a-z, 0-9, '-')", POOL_NAME_MAX)] = Field(
+        description="The pool's name: its workload is `<name>-<pool>`.")
+    node_selector: PoolSelector = Field(
+        alias="nodeSelector", min_length=1, description="The nodes of the pool (labels, all of which a node carries).")
+    repository: Repository = Field(None, description="Image repository for this pool (default: the component's).")
+    image: ImageRef = Field(None, description="Image name for this pool (default: the component's).")
+    version: Version = Field(None, description="Image tag or digest for this pool (default: the component's).")
+
+
+def pools_overlap(first: dict[str, str], second: dict[str, str]) -> bool:
+    """Whether one node can carry the labels of both selectors: no key they share asks for different values."""
+    return not any(key in second and second[key] != value for key, value in first.items())
+
+
+class PooledFields(BaseFields):
+    """BaseFields, and node pools that run their own image of the component (each its own workload and rollout)."""
+
+    pools: Optional[list[Pool]] = Field(
+        None, description="Node pools with their own image (one workload and one rollout each); the component's own "
+                          "workload runs on the nodes of no pool. Pools must not overlap. [] keeps the component's "
+                          "workload off nodes a removed pool still holds until its rollout moves them back.")
+
+    @field_validator("pools")
+    @classmethod
+    def _distinct(cls, pools: Optional[list[Pool]]) -> Optional[list[Pool]]:
+        seen: dict[str, int] = {}
+        for index, pool in enumerate(pools or []):
+            if pool.name in seen:
+                raise ValueError(f"[{index}].name: {pool.name!r} is already the name of pools[{seen[pool.name]}]")
+            seen[pool.name] = index
+        for i, first in enumerate(pools or []):
+            for j in range(i + 1, len(pools)):
+                second = pools[j]
+                if pools_overlap(first.node_selector, second.node_selector):
+                    both = {**first.node_selector, **second.node_selector}
+                    raise ValueError(
+                        f"pools[{i}] ({first.name!r}) and pools[{j}] ({second.name!r}) overlap: a node labelled "
+                        f"{', '.join(f'{k}={v}' for k, v in sorted(both.items()))} is in both. Give both a label key "
+                        "with a different value in each (e.g. pool=a and pool=b)")
+        return pools

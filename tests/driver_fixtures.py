@@ -78,7 +78,7 @@ NODE_CONTROLLER_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/un
 AGENTS = ("app.kubernetes.io/name=enflame-gcu-driver", "app.kubernetes.io/name=enflame-gcu-k8s-plugin")
 
 
-def settled(cluster, nodes: list[str], jobs: str = "training") -> bool:
+def settled(cluster, nodes: list[str], jobs: str = "training", agents: tuple = AGENTS) -> bool:
     """What a rollout test starts from, whatever the test before it left settling: every node Ready and untainted by
     the node controller, a Ready driver and device plugin pod on each, every pod of the `jobs` Deployment (if any) Ready."""
     items = {n["metadata"]["name"]: n for n in json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]}
@@ -88,7 +88,7 @@ def settled(cluster, nodes: list[str], jobs: str = "training") -> bool:
             return False
         if any(t.get("key") in NODE_CONTROLLER_TAINTS for t in found["spec"].get("taints") or []):
             return False
-    for selector in AGENTS:
+    for selector in agents:
         ready_on = {p["spec"].get("nodeName") for p in pods(cluster, selector, "kube-system")
                     if not p["metadata"].get("deletionTimestamp") and _ready(p)}
         if not set(nodes) <= ready_on:
@@ -98,10 +98,10 @@ def settled(cluster, nodes: list[str], jobs: str = "training") -> bool:
     return not wanted or all_ready(cluster, f"app={jobs}", wanted[0])
 
 
-def wait_settled(cluster, nodes: list[str]) -> None:
+def wait_settled(cluster, nodes: list[str], agents: tuple = AGENTS) -> None:
     from realnode_fixtures import wait_until
 
-    wait_until(lambda: settled(cluster, nodes), 120,
+    wait_until(lambda: settled(cluster, nodes, agents=agents), 120,
                what=f"{', '.join(nodes)} Ready, each with a Ready driver and device plugin, the GCU jobs Ready")
 
 

@@ -88,6 +88,15 @@ UNUSUAL: dict[str, st.SearchStrategy] = {
     "mysql-pv": st.fixed_dictionaries({}, optional={"name": st.one_of(COMMON_NAMES, SUBDOMAIN_NAMES), "hostpath": st.sampled_from(["/var/lib/mysql", "/data//mysql/", "/srv/gcu data", "/var/lib/./x", "/x/..y", "/var/../etc", "/.."])}),
     "mysql-pvc": st.fixed_dictionaries({}, optional={"name": st.one_of(COMMON_NAMES, SUBDOMAIN_NAMES)}),
 }
+# Driver pools: distinct names; selectors that overlap (refused) or not; image fields of their own or not.
+UNUSUAL["pools"] = st.lists(
+    st.fixed_dictionaries(
+        {"name": st.sampled_from(["a", "b", "t20", "canary-1"]),
+         "nodeSelector": st.sampled_from([{"pool": "a"}, {"pool": "b"}, {"zone": "z1"}, {"pool": "c", "zone": "z2"}])},
+        optional={k: UNUSUAL[k] for k in ("version", "image", "repository")},
+    ),
+    max_size=2, unique_by=lambda p: p["name"],
+)
 ODD: dict[str, st.SearchStrategy] = {
     "image": st.one_of(st.sampled_from(["gcu..exporter", "gcu___x", "gcu-exporter:1.0", "Gcu", "gcu.-x", "/x", "x@sha256:abc"]), _sized("az09._-/@:", st.integers(1, 30))),
     "imagePullPolicy": st.sampled_from(["Sometimes", "always", ""]),
@@ -109,6 +118,10 @@ ODD: dict[str, st.SearchStrategy] = {
     "mysql-pv": st.sampled_from([{"hostpath": "relative/dir"}, {"name": "Mysql"}, {"size": 1}]),
     "mysql-pvc": st.sampled_from([{"name": "-x"}, {"claim": "x"}]),
     "notDeploy": st.sampled_from(["perhaps", 2]),
+    "pools": st.sampled_from([
+        [{"name": "Pool_A", "nodeSelector": {"pool": "a"}}], [{"name": "a"}], [{"name": "a", "nodeSelector": {}}], "a",
+        [{"name": "a", "nodeSelector": {"pool": "a"}, "env": []}], [{"name": "a", "nodeSelector": {"pool": "a"}, "version": "-x"}],
+    ]),
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..config import merged_settings
 from ..model import ComponentDef, ContainerDef, HostMount, ImageDef, Resources
+from ..spec import PooledFields
 from ..steps.driver_upgrade import DRIVER_UPGRADE
 from ..steps.validation import ValidationSettings
 from .common import GCU_LOGS, one
@@ -28,6 +29,8 @@ DRIVER = ComponentDef(
     default_name="enflame-gcu-driver",
     default_image="gcu-driver",
     after=("gcuNodes",),
+    # spec.driver.pools: node pools with their own driver version, each its own DaemonSet and rollout.
+    spec_model=PooledFields,
     installs_driver=True,
     workloads=one(
         ContainerDef(

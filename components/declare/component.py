@@ -86,7 +86,7 @@ class GcuComponent(pulumi.ComponentResource):
         self.step: Optional[StepResult] = None
         if definition.then is not None and args.step is not None:
             self.step = definition.then.declare(replace(args.step, parent=self, after=self.workloads, owner=self))
-            self.gate = [self.step.resource]
+            self.gate = [self.step.resource, *self.step.also]
             done = pulumi.Output.all(done, self.step.done).apply(all)
         self.status: pulumi.Output[dict] = pulumi.Output.all(done, last_applied(self._declared)).apply(
             lambda values: {

@@ -212,6 +212,7 @@ def _component_plan(component: ResolvedComponent, context: BuildContext) -> Comp
         add(f"{key}-{manifest['kind'].lower()}-{manifest['metadata']['name']}", manifest, CUSTOM)
     for workload in component.workloads:
         suffix = f"-{workload.definition.part}" if workload.definition.part else ""
+        suffix += f"-pool-{workload.pool}" if workload.pool else ""
         kind = workload.definition.kind
         add(f"{key}-{kind.lower()}{suffix}", manifests.workload_manifest(component, workload, instance, extras.pod), WORKLOAD, workload)
         service = workload.definition.service

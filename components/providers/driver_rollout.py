@@ -36,6 +36,12 @@ off the node through its deploy label, a pod of the previous revision is pinned 
 return, it is validated and uncordoned, in state `rolled-back`; the rollout stops there. The next
 rollout retries that node first, releasing the pinned pod and the label.
 
+With node pools (spec.driver.pools; the `pool` input) there is one DaemonSet and one DriverUpgrade per pool, each over
+the GCU nodes its pool selects. A node runs a pool's DaemonSet only once it carries that pool's DRIVER_POOL_LABEL, and
+a rollout sets it on the full path: after eviction and the pause, every driver DaemonSet is held off the node (its
+deploy label) until no driver pod is left, then the node takes the label and its new pool's driver starts. So a pool
+added, a node relabelled or one that joined later never has its driver swapped under a job.
+
 With maintenance windows (`windows`, components/providers/windows.py) or `maxDurationMinutes`,
 a node starts only inside a window and within that duration of the rollout's start; those under
 way finish. The rest waits, untouched and without our taint: `pulumi up`
@@ -57,7 +63,7 @@ from typing import Any, Callable, Optional
 
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
-from ..names import DEPLOY_LABEL_PREFIX, PAUSED_FOR_DRIVER_UPGRADE, label_value
+from ..names import DEPLOY_LABEL_PREFIX, DRIVER_POOL_LABEL, PAUSED_FOR_DRIVER_UPGRADE, label_value
 from .bundled import Bundled, bundled_diff, changed_inputs, engine_log, inputs_of
 from .cluster import ClusterMismatch, checked_api
 from .install_key import install_key
@@ -86,6 +92,9 @@ ROLLING_BACK, ROLLED_BACK = "rolling-back", "rolled-back"
 # is retried or the resource deleted.
 ROLLBACK_ANNOTATION = "gcu-stack.enflame.com/driver-rollback"
 ROLLBACK_POD_LABEL = "gcu-stack.enflame.com/driver-rollback-of"   # the node a pinned previous-driver pod serves
+# On a node moving into another driver pool while every driver DaemonSet is held off it: its driver deploy label's value
+# before, put back once the old driver pod is gone (or when the resource is deleted).
+MOVE_ANNOTATION = "gcu-stack.enflame.com/driver-pool-move"
 # The steps after the new driver pod is in place: a failure there is the new driver's, and a rollback undoes it.
 AFTER_THE_NEW_DRIVER = ("restart driver", "restore operands", "validate")
 TAINT_WORKERS = 8   # nodes whose pending taint is set or removed at once (each a read and a conditional patch)
@@ -116,6 +125,14 @@ class NodeLeft(NodeFailed):
 
 
 LEFT = "left the cluster during the upgrade"
+
+
+def in_pool(labels: dict, pool: Optional[dict]) -> bool:
+    """Whether a node with these labels is one the DaemonSet of `pool` (DriverUpgradeInputs.pool) runs on."""
+    def matches(selector: dict) -> bool:
+        return all(labels.get(key) == value for key, value in selector.items())
+
+    return not pool or (matches(pool.get("nodeSelector") or {}) and not any(matches(s) for s in pool.get("otherPools") or []))
 
 
 def not_ready(node: dict) -> Optional[str]:
@@ -156,6 +173,11 @@ class DriverUpgradeInputs:
     windows: Optional[list] = None  # maintenance windows ({days, start, end, timeZone}); None: any time
     maxDurationMinutes: Optional[int] = None  # no wave starts later in a rollout; None: no limit
     rollback: Optional[dict] = None  # {"holdLabel": the driver DaemonSet's deploy label}: roll failed nodes back; None: halt
+    # A DaemonSet of a node pool (spec.driver.pools) covers the GCU nodes its "nodeSelector" matches and no selector of
+    # "otherPools" does (the component's own DaemonSet: "name" "", an empty nodeSelector and every pool's). A node
+    # whose DRIVER_POOL_LABEL is not "name" moves in: "holdLabel" holds every driver DaemonSet off it until no pod of
+    # "driverPods" (a label selector) is left there. None: every GCU node, no moves.
+    pool: Optional[dict] = None
 
 
 INPUTS = tuple(DriverUpgradeInputs.__dataclass_fields__)
@@ -178,6 +200,8 @@ class NodeFacts:
     gcu_pods: list = field(default_factory=list)  # "namespace/name" of pods requesting a GCU resource
     pending_taint: bool = False  # carries PENDING_TAINT
     same_install: bool = False  # its driver pod installs what the target revision does (install_key): a restart will do
+    # The pool whose driver it runs now ("": the component's own) when the rollout moves it into its own pool; else None.
+    moving_from: Optional[str] = None
 
 
 @dataclass
@@ -197,6 +221,7 @@ class RolloutPlan:
     room: int = 1  # of those, nodes the rollout itself may make unavailable at once (the budget left)
     free: frozenset = frozenset()  # nodes to upgrade that were unschedulable already: they take no room
     batch: int = 1  # restart-only nodes at once
+    moves: dict = field(default_factory=dict)  # node -> the pool whose driver it leaves ("": the component's own)
 
     @property
     def nodes(self) -> list[str]:
@@ -245,6 +270,8 @@ def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailab
     for node in nodes:
         if node.labels.get(SKIP_LABEL) == "true":
             skipped[node.name] = f"label {SKIP_LABEL}=true"
+        elif node.moving_from is not None:
+            todo.append(node)   # into this rollout's pool: the full path, whatever its driver pod is now
         elif node.driver_revision is None and node.labels.get(STATE_LABEL) in (None, DONE):
             # A node a rollout is still at (e.g. failed with its old pod deleted) is finished, not skipped: its new
             # pod may simply not be there yet.
@@ -298,6 +325,7 @@ def plan(facts: list[NodeFacts], revision: str, max_parallel: int, max_unavailab
         parallel=parallel,
         room=room,
         free=free,
+        moves={n.name: n.moving_from for n in todo if n.moving_from is not None},
         batch=batch,
     )
 
@@ -320,7 +348,9 @@ def describe(plan_: RolloutPlan, image: str, old_images: list[str], max_parallel
             parts = []
             for node in wave:
                 pods = plan_.evictions.get(node) or []
-                parts.append(f"{node} (evicts {', '.join(pods)})" if pods else f"{node} (no GCU pod to evict)")
+                move = (f"moves from pool {plan_.moves[node]}'s driver; " if plan_.moves[node] else "moves from the own driver; ") \
+                    if node in plan_.moves else ""
+                parts.append(f"{node} ({move}evicts {', '.join(pods)})" if pods else f"{node} ({move}no GCU pod to evict)")
             lines.append(f"  wave {i}: " + "; ".join(parts))
         if len(plan_.waves) > 1:   # maxParallel, or less: the budget (nodes unschedulable before take none of it)
             at_once = min(plan_.parallel, plan_.room + len(plan_.free))
@@ -408,7 +438,8 @@ class Cluster:
         self.props = props
         self.sleep, self.clock = sleep, clock
         self.changes: Optional[NodeChanges] = None   # while a rollout runs: waits wake on changes, not a fixed poll
-        self._driver_selector: Optional[str] = None
+        # The DaemonSet's pod selector (immutable in apps/v1): given by a preview that has the manifest, else read once.
+        self._driver_selector: Optional[str] = props.get("driverSelector")
 
     def seen(self, node: Optional[str]) -> int:
         """A mark to pass to `until_changed`, taken before checking a condition on `node` (None: any node)."""
@@ -434,6 +465,17 @@ class Cluster:
             if error.status == 404:
                 return None
             raise
+
+    def pool_nodes(self, names: list, taken: bool = False) -> list[str]:
+        """Of the GCU nodes `names`, the ones this rollout's pool covers (all of them without pools), sorted; `taken`:
+        and those carrying its pool label (a pool's, moved in earlier)."""
+        pool = self.props.get("pool")
+        if not pool:
+            return sorted(set(names))
+        labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {}
+                  for n in self._data(self.api.list_node(_preload_content=False))["items"]}
+        return sorted(n for n in set(names) if n in labels and (
+            in_pool(labels[n], pool) or (taken and pool["name"] and labels[n].get(DRIVER_POOL_LABEL) == pool["name"])))
 
     def patch_node(self, name: str, patch: dict) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -519,7 +561,7 @@ class Cluster:
     def driver_pods(self, node: Optional[str] = None) -> dict[str, dict]:
         """Driver pods by node (the newest on each node); only `node`'s when given (a node's waits ask often: one
         pod, not the whole DaemonSet's)."""
-        if self._driver_selector is None:   # immutable in apps/v1: read once
+        if self._driver_selector is None:
             ds = self.daemonset()
             self._driver_selector = ",".join(f"{k}={v}" for k, v in ds["spec"]["selector"]["matchLabels"].items())
         pods = self._data(self.api.list_namespaced_pod(
@@ -594,11 +636,13 @@ class Cluster:
             if self.gcu_job(pod):
                 jobs.setdefault((pod.get("spec") or {}).get("nodeName"), []).append(
                     f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+        pool = self.props.get("pool")
         found = []
         for name in sorted(set(nodes)):
             node = live_nodes.get(name)
             if node is None:
                 continue
+            in_now = (node["metadata"].get("labels") or {}).get(DRIVER_POOL_LABEL, "")
             gcu = jobs.get(name, [])
             driver = drivers.get(name)
             driver_revision = (driver["metadata"].get("labels") or {}).get(REVISION_LABEL) if driver else None
@@ -612,6 +656,7 @@ class Cluster:
                     gcu_pods=gcu,
                     pending_taint=_has_pending_taint(node),
                     same_install=target_install is not None and keys.get(driver_revision) == target_install,
+                    moving_from=in_now if pool and in_now != pool["name"] else None,
                 )
             )
         return found
@@ -631,6 +676,8 @@ class NodeUpgrade:
         # What an operator asks afterwards: when each state began, which pods were moved, how long it took.
         self.states: list[dict] = []
         self.evicted: list[str] = []
+        # The agents that ran on the node when they were paused; None: not known (a resumed upgrade paused them).
+        self.agents_ran: Optional[set] = None
 
     def state(self, state: str, reason: Optional[str] = None) -> None:
         self.cluster.patch_node(self.node, {"metadata": {"labels": {STATE_LABEL: state}, "annotations": {REASON_ANNOTATION: reason}}})
@@ -768,6 +815,8 @@ class NodeUpgrade:
         node = self.cluster.node(self.node) or {"metadata": {}}
         labels = node["metadata"].get("labels") or {}
         annotations = node["metadata"].get("annotations") or {}
+        if PAUSED_ANNOTATION not in annotations and self.agents_ran is None:   # the first pause (a rollback pauses again)
+            self.agents_ran = {(p["metadata"].get("labels") or {}).get("app.kubernetes.io/component") for p in self._operand_pods()}
         # Recorded once: a resumed upgrade must not mistake its own pause for the operator's value.
         previous = json.loads(annotations[PAUSED_ANNOTATION]) if PAUSED_ANNOTATION in annotations else {
             DEPLOY_LABEL_PREFIX + key: labels.get(DEPLOY_LABEL_PREFIX + key) for key in self.props["operands"]
@@ -783,6 +832,7 @@ class NodeUpgrade:
 
         self.state(RESTARTING)
         self.release_rollback()
+        self.move_into_pool()
         pod = self.cluster.driver_pods(self.node).get(self.node)
         if pod is not None and (pod["metadata"].get("labels") or {}).get(REVISION_LABEL) != self.revision:
             self.cluster.delete_pod(pod)
@@ -800,6 +850,27 @@ class NodeUpgrade:
             return f"the new driver pod {new['metadata']['name']} is not Ready ({detail}; `kubectl logs` it: the driver version check says why)"
 
         self.wait("restart driver", float(self.props["driverReadyTimeoutSeconds"]), ready, why)
+
+    def move_into_pool(self) -> None:
+        """A node whose driver runs in another pool's DaemonSet (or the component's own): every driver DaemonSet is held
+        off it (its deploy label), and only once no driver pod is left there does it take this pool's label and the
+        deploy label back, so this pool's DaemonSet starts its pod: never two drivers on the node at once."""
+        pool = self.props.get("pool")
+        node = self.cluster.node(self.node) or {"metadata": {}}
+        labels, annotations = node["metadata"].get("labels") or {}, node["metadata"].get("annotations") or {}
+        if not pool or labels.get(DRIVER_POOL_LABEL, "") == pool["name"]:
+            return
+        if MOVE_ANNOTATION in annotations:   # recorded once: a resumed move keeps the operator's value
+            held = json.loads(annotations[MOVE_ANNOTATION])
+        else:
+            held = {"label": pool["holdLabel"], "value": labels.get(pool["holdLabel"])}
+            self.cluster.patch_node(self.node, {"metadata": {"labels": {held["label"]: PAUSED},
+                                                             "annotations": {MOVE_ANNOTATION: json.dumps(held, sort_keys=True)}}})
+        old = lambda: self.cluster.pods_on(self.node, pool["driverPods"])  # noqa: E731 - terminating ones too
+        self.wait("move driver", float(self.props["driverReadyTimeoutSeconds"]), lambda: not old(),
+                  lambda: f"driver pods {', '.join(p['metadata']['name'] for p in old())} still on the node")
+        self.cluster.patch_node(self.node, {"metadata": {"labels": {DRIVER_POOL_LABEL: pool["name"] or None, held["label"]: held["value"]},
+                                                         "annotations": {MOVE_ANNOTATION: None}}})
 
     def release_rollback(self) -> None:
         """A node an earlier rollout rolled back: its pinned pod of the previous driver goes, and the DaemonSet may run
@@ -849,7 +920,9 @@ class NodeUpgrade:
             return
         previous = json.loads(raw)
         self.cluster.patch_node(self.node, {"metadata": {"labels": previous, "annotations": {PAUSED_ANNOTATION: None}}})
-        expected = [k[len(DEPLOY_LABEL_PREFIX):] for k, v in previous.items() if v != "false"]
+        # Not those that did not run before (a first install moving nodes into their pools deploys the agents later).
+        expected = [k[len(DEPLOY_LABEL_PREFIX):] for k, v in previous.items()
+                    if v != "false" and (self.agents_ran is None or k[len(DEPLOY_LABEL_PREFIX):] in self.agents_ran)]
 
         def ready() -> bool:
             pods = self._operand_pods()
@@ -862,6 +935,10 @@ class NodeUpgrade:
     def validate(self) -> None:
         validation = self.props.get("validation")
         if not validation or not validation.get("enabled", True):
+            return
+        if self.agents_ran == set() and self.props["operands"]:
+            # No agent to advertise the GCUs yet (a first install): the validation step checks the node once they run.
+            self.log(f"{self.node}: no GCU agent ran here before the driver; validated by the validation step after they deploy")
             return
         from .node_validation import check_settings, validate_node
 
@@ -1032,7 +1109,7 @@ def rollout(props: dict, log: Callable[[str], None] = lambda _: None, cluster: O
 
 def _roll(props: dict, log: Callable[[str], None], cluster: Cluster) -> dict:
     revision = cluster.current_revision()
-    nodes = list(props.get("nodes") or [])
+    nodes = cluster.pool_nodes(list(props.get("nodes") or []))
     keys = cluster.install_keys()
     facts = cluster.facts(nodes, keys.get(revision), keys)
     the_plan = plan(facts, revision, int(props["maxParallel"]), props["maxUnavailable"])
@@ -1110,13 +1187,21 @@ def _roll(props: dict, log: Callable[[str], None], cluster: Cluster) -> dict:
 def clean_up(props: dict) -> None:
     """Leave no cordon, label, annotation or taint of ours behind (delete, during or after an upgrade)."""
     cluster = Cluster(props)
-    for name in sorted(set(props.get("nodes") or [])):
+    pool = props.get("pool") or {}
+    for name in cluster.pool_nodes(list(props.get("nodes") or []), taken=True):
         node = cluster.node(name)
         if node is None:
             continue
         meta = node["metadata"]
         labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
         patch: dict = {"metadata": {"labels": {}, "annotations": {}}}
+        if pool.get("name") and labels.get(DRIVER_POOL_LABEL) == pool["name"]:   # the node as it was before the pool
+            patch["metadata"]["labels"][DRIVER_POOL_LABEL] = None
+        moving = annotations.get(MOVE_ANNOTATION)
+        if moving is not None:
+            held = json.loads(moving)
+            patch["metadata"]["labels"][held["label"]] = held["value"]
+            patch["metadata"]["annotations"][MOVE_ANNOTATION] = None
         if STATE_LABEL in labels:
             patch["metadata"]["labels"][STATE_LABEL] = None
         if REASON_ANNOTATION in annotations:
@@ -1147,16 +1232,18 @@ def _outputs(props: dict, result: dict) -> dict:
     return {**inputs_of(props, INPUTS), **result}
 
 
-def _pending(props: dict) -> bool:
-    """Nodes not at the driver's current revision (a skip label removed, a failed node, a new node), for the diff."""
+def _pending(props: dict, olds: Optional[dict] = None) -> bool:
+    """Nodes not at the driver's current revision (a skip label removed, a failed node, a new node), or nodes that
+    left or joined this rollout's pool since `olds` reported (so its outputs stay true), for the diff."""
     try:
         cluster = Cluster(props)
         revision = cluster.current_revision(timeout=5)
         keys = cluster.install_keys()
-        facts = cluster.facts(list(props.get("nodes") or []), keys.get(revision), keys)
+        facts = cluster.facts(cluster.pool_nodes(list(props.get("nodes") or [])), keys.get(revision), keys)
         # A taint left by an interrupted rollout is work too: the update removes it.
         planned = plan(facts, revision, 1, "100%")
-        return bool(planned.waves or planned.restarts) or any(f.pending_taint for f in facts)
+        moved = olds is not None and props.get("pool") is not None and {f.name for f in facts} != set(olds.get("states") or {})
+        return bool(planned.waves or planned.restarts) or any(f.pending_taint for f in facts) or moved
     except ClusterMismatch:
         raise
     except Exception:  # noqa: BLE001 - the live cluster unreadable means "unknown", not "changed"
@@ -1171,14 +1258,14 @@ class DriverUpgradeProvider(ResourceProvider):
 
     def read(self, id_: str, props: dict) -> ReadResult:
         cluster = Cluster(props)
-        facts = cluster.facts(list(props.get("nodes") or []))
+        facts = cluster.facts(cluster.pool_nodes(list(props.get("nodes") or [])))
         revision = cluster.current_revision(timeout=5)
         states = node_states(facts, revision)
         return ReadResult(id_, {**props, "revision": revision, "states": states})
 
     def diff(self, _id: str, olds: dict, news: dict) -> DiffResult:
         changed = changed_inputs(olds, news, INPUTS)
-        if not changed and (olds.get("failed") or _pending(news)):
+        if not changed and (olds.get("failed") or _pending(news, olds)):
             changed = ["nodes"]
         return bundled_diff(olds, news, changed)
 

@@ -4,7 +4,8 @@ The driver DaemonSet is OnDelete, so changing it (a new `spec.driver.version`) s
 nothing by itself; this step moves GCU pods off each node, pauses the GCU operands there,
 replaces the driver pod, validates the node and uncordons it, in waves. The preview prints
 the plan from the live cluster: old → new driver, the nodes of each wave with the pods each
-eviction moves, skipped nodes and why, and the most nodes unavailable at once.
+eviction moves, skipped nodes and why, and the most nodes unavailable at once. With spec.driver.pools, each pool's
+DaemonSet gets its own rollout and plan (lines starting `driver pool <pool>:`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import pulumi
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..config import one_setting
-from ..manifests import TEMPLATE_HASH_ANNOTATION
+from ..manifests import PART_OF, TEMPLATE_HASH_ANNOTATION
 from ..model import StepContext, StepDef, StepResult
-from ..names import DEPLOY_LABEL_PREFIX, GCU_RESOURCE, GCUSHARE_RESOURCE
+from ..names import DEPLOY_LABEL_PREFIX, DRIVER_POOL_LABEL, GCU_RESOURCE, GCUSHARE_RESOURCE
 from ..spec import label_selector_problem
 from .gcu_nodes import KEY as GCU_NODES
 from .validation import validation_inputs
@@ -126,26 +127,38 @@ class DriverUpgradeOptions(BaseModel):
 DriverUpgradeSettings = one_setting("DriverUpgradeSettings", "driver_upgrade", "driverUpgrade", DriverUpgradeOptions)
 
 
-def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeInputs, kubeconfig) -> None:
+def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeInputs, kubeconfig, pool: str) -> None:
+    """The plan, from the live cluster, in the preview's output (and `pulumi up`'s); a pool's lines name it."""
     from ..providers import live_nodes
-    from ..providers.driver_rollout import Cluster, describe, plan, windows_note
+    from ..providers.driver_rollout import Cluster, describe, in_pool, plan, windows_note
     from ..providers.install_key import install_key
 
-    """The plan, from the live cluster, in the preview's output (and `pulumi up`'s)."""
+    prefix = f"driver pool {pool}: " if pool else ""
     try:
         from kubernetes.client.exceptions import ApiException
 
         # The rollout's own view of the cluster, from what its resource will be given.
         cluster = Cluster({"kubeconfig": kubeconfig, "context": inputs.context, "daemonSet": daemonset["metadata"]["name"],
-                           "namespace": daemonset["metadata"]["namespace"], "resources": inputs.resources})
+                           "namespace": daemonset["metadata"]["namespace"], "resources": inputs.resources, "pool": inputs.pool,
+                           "driverSelector": ",".join(f"{k}={v}" for k, v in daemonset["spec"]["selector"]["matchLabels"].items())})
         try:
             live = cluster.daemonset()
         except ApiException as error:
             if error.status != 404:
                 raise
-            pulumi.log.info("driver: not deployed yet; its pods start at the new version, nothing to upgrade")
-            return
-        nodes = live_nodes.gcu_nodes(kubeconfig, inputs.context, context.results[GCU_NODES].facts["selection"])
+            if not inputs.pool:
+                pulumi.log.info(f"{prefix}driver: not deployed yet; its pods start at the new version, nothing to upgrade")
+                return
+            # A new pool: its DaemonSet runs nowhere yet, and the rollout moves the pool's nodes to it.
+            live = {"metadata": {}}
+        every = live_nodes.gcu_nodes(kubeconfig, inputs.context, context.results[GCU_NODES].facts["selection"])
+        held = sorted(n.name for n in every if DRIVER_POOL_LABEL in n.labels)
+        if inputs.pool is None and held:
+            pulumi.log.warn(
+                f"driver: {', '.join(held)} still run a driver pool's DaemonSet ({DRIVER_POOL_LABEL}), and the blueprint has "
+                "no spec.driver.pools: this up would start the component's own driver beside theirs. Set "
+                "spec.driver.pools to [] for one up (it moves them back safely), then remove it")
+        nodes = [n for n in every if in_pool(n.labels, inputs.pool)]
         unchanged = (live["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION) == inputs.template
         # A new template: every driver pod becomes old. The same one: only pods an earlier rollout left behind.
         revision = (cluster.newest_revision(live) or "(unknown)") if unchanged else "(the new revision)"
@@ -158,26 +171,57 @@ def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeIn
         schedule = windows_note(inputs.windows, inputs.maxDurationMinutes)
         for line in describe(the_plan, image if isinstance(image, str) else "the new driver", old_images, inputs.maxParallel,
                              inputs.maxUnavailable, schedule):
-            pulumi.log.info(line)
+            pulumi.log.info(prefix + line)
     except Exception as error:  # noqa: BLE001 - a preview without cluster access still previews
-        pulumi.log.warn(f"driver upgrade plan: the live cluster could not be read ({error}); the rollout reads it when it runs")
+        pulumi.log.warn(f"{prefix}driver upgrade plan: the live cluster could not be read ({error}); the rollout reads it when it runs")
 
 
 def _condition(values: list) -> Optional[dict]:
-    """GcuResource's `upgrade` condition, when the last rollout upgraded (or failed on) a node."""
-    upgraded, failed, nodes, message, finished_at = values[0] or [], values[1] or {}, values[2] or {}, values[3] or "", values[4]
+    """GcuResource's `upgrade` condition, when the last rollouts (one per pool) upgraded (or failed on) a node."""
+    upgraded, failed, nodes, messages, finished = [], {}, {}, [], []
+    for index in range(0, len(values), 5):
+        upgraded += values[index] or []
+        failed.update(values[index + 1] or {})
+        nodes.update(values[index + 2] or {})
+        messages.append(values[index + 3] or "")
+        finished.append(values[index + 4])
     if not upgraded and not failed:
         return None
     total = len(nodes) or 1
-    finished = sum(1 for state in nodes.values() if state in ("done", "current"))
+    finished_nodes = sum(1 for state in nodes.values() if state in ("done", "current"))
     return {
         "action": "upgrade",
         "status": "failed" if failed else "success",
         "reason": "nodeFailed" if failed else "success",
-        "message": "; ".join(f"{n}: {why}" for n, why in sorted(failed.items())) if failed else message,
-        "progress": min(100, finished * 100 // total),
-        "lastUpdateTime": finished_at,
+        "message": "; ".join(f"{n}: {why}" for n, why in sorted(failed.items())) if failed else "; ".join(m for m in messages if m),
+        "progress": min(100, finished_nodes * 100 // total),
+        "lastUpdateTime": max((f for f in finished if f), default=None),
     }
+
+
+def _report(resource) -> pulumi.Output[dict]:
+    """One rollout's part of the `driverUpgrade` stack output."""
+    return pulumi.Output.all(
+        resource.states, resource.failed, resource.upgraded, resource.skipped, resource.reports, resource.restarted, resource.paused,
+        resource.rolledBack,
+    ).apply(
+        lambda values: {"nodes": values[0] or {}, "failed": values[1] or {}, "upgraded": values[2] or [], "skipped": values[3] or {},
+                        "reports": values[4] or {}, "restarted": values[5] or [], "paused": values[6] or "",
+                        "rolledBack": values[7] or []}
+    )
+
+
+def _pool_of(workload, driver) -> Optional[dict]:
+    """DriverUpgradeInputs.pool of a driver DaemonSet: the nodes its rollout covers (a pool's, or, for the component's
+    own, those of no pool), and how it moves a node in (the driver deploy label that holds every driver DaemonSet off
+    the node, the pods of any of them)."""
+    if not workload.pool and workload.other_pools is None:
+        return None
+    moving = {"holdLabel": DEPLOY_LABEL_PREFIX + driver.key,
+              "driverPods": f"app.kubernetes.io/component={driver.key},app.kubernetes.io/part-of={PART_OF}"}
+    if workload.pool:
+        return {"name": workload.pool, "nodeSelector": dict(workload.pool_selector), "otherPools": [], **moving}
+    return {"name": "", "nodeSelector": {}, "otherPools": [dict(s) for s in workload.other_pools], **moving}
 
 
 def declare(context: StepContext) -> StepResult:
@@ -186,56 +230,59 @@ def declare(context: StepContext) -> StepResult:
 
     options: DriverUpgradeOptions = context.settings.driver_upgrade
     driver = context.owner
-    ((_, daemonset),) = [(n, m) for n, m in driver.manifests.items() if m["kind"] == "DaemonSet"]
+    by_name = {m["metadata"]["name"]: m for m in driver.manifests.values() if m["kind"] == "DaemonSet"}
+    # The component's own DaemonSet, then one per node pool (spec.driver.pools), each rolled out on its own nodes.
+    rolled = [w for w in driver.resolved.workloads if w.definition.on_delete and w.name in by_name]
+    pools = [w.pool for w in rolled if w.pool]
     # The node agents that hold the GCU device: paused on a node while its driver is replaced.
     operands = sorted(c.definition.key for c in context.deployed if c.definition.uses_device)
     # Each node is validated (as the validation step does for all) before it is uncordoned.
     checks = validation_inputs(context.settings.validation, context, warn=False)
     validation = as_props(checks) if checks is not None else None
-    inputs = DriverUpgradeInputs(
-        daemonSet=daemonset["metadata"]["name"],
-        namespace=daemonset["metadata"]["namespace"],
-        template=daemonset["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION],
-        image=daemonset["spec"]["template"]["spec"]["containers"][0]["image"],
-        nodes=context.results[GCU_NODES].resource.nodes,
-        operands=operands,
-        resources=[GCU_RESOURCE, GCUSHARE_RESOURCE],
-        maxParallel=options.max_parallel,
-        maxUnavailable=options.max_unavailable,
-        waitForCompletion=options.wait_for_completion.model_dump(by_alias=True),
-        evictionTimeoutSeconds=options.eviction_timeout_seconds,
-        drain=options.drain.model_dump(by_alias=True),
-        driverReadyTimeoutSeconds=options.driver_ready_timeout_seconds,
-        operandReadyTimeoutSeconds=options.operand_ready_timeout_seconds,
-        validation=validation,
-        # None when unset: a stack of an earlier release sees no change.
-        windows=[w.model_dump(by_alias=True) for w in options.windows] or None,
-        maxDurationMinutes=options.max_duration_minutes or None,
-        rollback={"holdLabel": DEPLOY_LABEL_PREFIX + driver.key} if options.on_failure == "rollback" else None,
-        kubeconfig=context.cluster.kubeconfig,
-        context=context.cluster.context,
-        clusterUid=context.cluster.uid,
-    )
-    pulumi.Output.from_input(context.cluster.kubeconfig).apply(lambda kubeconfig: _preview_plan(context, daemonset, inputs, kubeconfig))
-    resource = DriverUpgrade(
-        "driver-upgrade", inputs,
-        pulumi.ResourceOptions(parent=driver, depends_on=context.after, provider=context.host_provider),
-    )
-    done = resource.failed.apply(lambda failed: not failed)
-    condition = pulumi.Output.all(resource.upgraded, resource.failed, resource.states, resource.message, resource.finishedAt).apply(_condition)
-    return StepResult(
-        condition=condition,
-        resource=resource,
-        done=done,
-        outputs={"driverUpgrade": pulumi.Output.all(
-            resource.states, resource.failed, resource.upgraded, resource.skipped, resource.reports, resource.restarted, resource.paused,
-            resource.rolledBack,
-        ).apply(
-            lambda values: {"nodes": values[0] or {}, "failed": values[1] or {}, "upgraded": values[2] or [], "skipped": values[3] or {},
-                            "reports": values[4] or {}, "restarted": values[5] or [], "paused": values[6] or "",
-                            "rolledBack": values[7] or []}
-        )},
-    )
+    resources = []
+    for workload in rolled:
+        daemonset = by_name[workload.name]
+        inputs = DriverUpgradeInputs(
+            daemonSet=daemonset["metadata"]["name"],
+            namespace=daemonset["metadata"]["namespace"],
+            template=daemonset["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION],
+            image=daemonset["spec"]["template"]["spec"]["containers"][0]["image"],
+            nodes=context.results[GCU_NODES].resource.nodes,
+            operands=operands,
+            resources=[GCU_RESOURCE, GCUSHARE_RESOURCE],
+            maxParallel=options.max_parallel,
+            maxUnavailable=options.max_unavailable,
+            waitForCompletion=options.wait_for_completion.model_dump(by_alias=True),
+            evictionTimeoutSeconds=options.eviction_timeout_seconds,
+            drain=options.drain.model_dump(by_alias=True),
+            driverReadyTimeoutSeconds=options.driver_ready_timeout_seconds,
+            operandReadyTimeoutSeconds=options.operand_ready_timeout_seconds,
+            validation=validation,
+            # None when unset: a stack of an earlier release sees no change.
+            windows=[w.model_dump(by_alias=True) for w in options.windows] or None,
+            maxDurationMinutes=options.max_duration_minutes or None,
+            rollback={"holdLabel": DEPLOY_LABEL_PREFIX + driver.key} if options.on_failure == "rollback" else None,
+            kubeconfig=context.cluster.kubeconfig,
+            context=context.cluster.context,
+            clusterUid=context.cluster.uid,
+            pool=_pool_of(workload, driver),
+        )
+        pulumi.Output.from_input(context.cluster.kubeconfig).apply(
+            lambda kubeconfig, d=daemonset, i=inputs, p=workload.pool: _preview_plan(context, d, i, kubeconfig, p or ""))
+        resources.append(DriverUpgrade(
+            f"driver-upgrade-{workload.pool}" if workload.pool else "driver-upgrade", inputs,
+            pulumi.ResourceOptions(parent=driver, depends_on=context.after, provider=context.host_provider),
+        ))
+    main, *by_pool = resources
+    done = pulumi.Output.all(*(r.failed for r in resources)).apply(lambda failed: not any(failed))
+    condition = pulumi.Output.all(*(
+        value for r in resources for value in (r.upgraded, r.failed, r.states, r.message, r.finishedAt)
+    )).apply(_condition)
+    report = _report(main)
+    if by_pool:   # each pool's beside the component's own (whose keys stay where they were without pools)
+        report = pulumi.Output.all(report, *(_report(r) for r in by_pool)).apply(
+            lambda values: {**values[0], "pools": dict(zip(pools, values[1:], strict=True))})
+    return StepResult(condition=condition, resource=main, also=by_pool, done=done, outputs={"driverUpgrade": report})
 
 
 # Owned by the driver (its `then`): after the driver DaemonSet; successors (the toolkit) wait for the rollout.
