@@ -58,7 +58,12 @@ def pools(tmp_path_factory):
 
 
 def test_1_the_first_up_moves_each_pools_nodes_into_it_and_each_runs_its_own_version(pools):
-    stack, cluster, _, _ = pools
+    stack, cluster, root, policy_config = pools
+    # Nothing deployed yet: the preview plans each pool's moves from the live nodes (no DaemonSet, no revision to read).
+    text = stack.preview(policy_packs=[str(root / "project" / "policies")], policy_pack_configs=[str(policy_config)]).stdout
+    assert "driver: not deployed yet" in text and "could not be read" not in text, text
+    assert f"driver pool a: driver upgrade planned: the running driver → {REPO}/gcu-driver:a1, 2 of 2 GCU node(s)" in text, text
+    assert "gcu-a-1 (moves from the own driver; no GCU pod to evict)" in text and "gcu-b-1 (moves from the own driver;" in text
     stack.up(on_output=lambda _: None)
     out = outputs(stack)
     assert out["phase"] == "Running", out

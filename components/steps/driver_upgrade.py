@@ -146,11 +146,11 @@ def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeIn
         except ApiException as error:
             if error.status != 404:
                 raise
-            if not inputs.pool:
+            if not pool:
                 pulumi.log.info(f"{prefix}driver: not deployed yet; its pods start at the new version, nothing to upgrade")
                 return
-            # A new pool: its DaemonSet runs nowhere yet, and the rollout moves the pool's nodes to it.
-            live = {"metadata": {}}
+            # A new pool: its DaemonSet runs nowhere yet (no revisions either), and the rollout moves the pool's nodes to it.
+            live = None
         every = live_nodes.gcu_nodes(kubeconfig, inputs.context, context.results[GCU_NODES].facts["selection"])
         held = sorted(n.name for n in every if DRIVER_POOL_LABEL in n.labels)
         if inputs.pool is None and held:
@@ -159,12 +159,12 @@ def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeIn
                 "no spec.driver.pools: this up would start the component's own driver beside theirs. Set "
                 "spec.driver.pools to [] for one up (it moves them back safely), then remove it")
         nodes = [n for n in every if in_pool(n.labels, inputs.pool)]
-        unchanged = (live["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION) == inputs.template
+        unchanged = live is not None and (live["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION) == inputs.template
         # A new template: every driver pod becomes old. The same one: only pods an earlier rollout left behind.
         revision = (cluster.newest_revision(live) or "(unknown)") if unchanged else "(the new revision)"
         # What the new revision installs, from the template about to be applied (or the live one, unchanged).
         target_install = cluster.install_keys().get(revision) if unchanged else install_key(daemonset["spec"]["template"])
-        facts = cluster.facts([node.name for node in nodes], target_install)
+        facts = cluster.facts([node.name for node in nodes], target_install, keys=None if live is not None else {})
         old_images = sorted({c["image"] for p in cluster.driver_pods().values() for c in p["spec"]["containers"]})
         the_plan = plan(facts, revision, inputs.maxParallel, inputs.maxUnavailable)
         image = daemonset["spec"]["template"]["spec"]["containers"][0]["image"]
