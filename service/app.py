@@ -114,7 +114,7 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
         metrics.duration.labels(op.operation).observe(seconds)
         metrics.running.dec()
         if op.driverRolledOut and op.phase == "succeeded":
-            metrics.driver_reports(((op.outputs or {}).get("driverUpgrade") or {}).get("reports") or {})
+            metrics.driver_reports((op.outputs or {}).get("driverUpgrade") or {}, op.driverRollouts)
         oplog.write("finished", operationId=op.id, operation=op.operation, name=op.stack, who=op.who, result=result,
                     seconds=round(seconds, 1), changes=op.summary, error=op.error)
 

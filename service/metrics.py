@@ -23,7 +23,10 @@ class Metrics:
         self.evictions = Counter("gcu_stack_service_driver_evictions", "Pods evicted (or drained) by driver upgrades",
                                  registry=self.registry)
 
-    def driver_reports(self, reports: dict) -> None:
-        for report in (reports or {}).values():
+    def driver_reports(self, driver_upgrade: dict, rolled: list[str]) -> None:
+        """The per-node reports of the rollouts an operation ran (`rolled`: DriverUpgrade resource names), from the
+        `driverUpgrade` output: the component's own (`driver-upgrade`) and each pool's (`driver-upgrade-<pool>`)."""
+        parts = [("driver-upgrade", driver_upgrade)] + [(f"driver-upgrade-{name}", pool) for name, pool in (driver_upgrade.get("pools") or {}).items()]
+        for report in (r for name, part in parts if name in rolled for r in ((part or {}).get("reports") or {}).values()):
             self.driver_node.labels(report.get("result", "unknown")).observe(float(report.get("seconds") or 0))
             self.evictions.inc(len(report.get("evicted") or []))

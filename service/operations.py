@@ -51,6 +51,8 @@ class Operation:
     messages: list = field(default_factory=list)  # the engine's last info/warning lines
     outputs: dict = field(default_factory=dict)  # the stack's status outputs, when finished
     driverRolledOut: bool = False  # this operation ran a driver rollout (its outputs' reports are this run's)
+    # The DriverUpgrade resources it ran ("driver-upgrade", a pool's "driver-upgrade-<pool>"): whose reports are this run's.
+    driverRollouts: list[str] = field(default_factory=list)
 
     def public(self) -> dict:
         with PROGRESS:
@@ -74,6 +76,7 @@ class Operation:
                 self.done[op] = self.done.get(op, 0) + 1
                 if meta.type == DRIVER_ROLLOUT and op in ("create", "update"):
                     self.driverRolledOut = True
+                    self.driverRollouts.append(meta.urn.rsplit("::", 1)[-1])
             if meta.urn in self.inFlight:
                 self.inFlight.remove(meta.urn)
         if event.diagnostic_event and event.diagnostic_event.severity in ("info", "warning", "error"):

@@ -139,3 +139,17 @@ def test_openapi_and_metrics(served):
     done = subprocess.run(["curl", "-sS", "-H", f"Authorization: Bearer {TOKEN}", service.url + "/metrics"],
                           capture_output=True, text=True, timeout=30)
     assert 'gcu_stack_service_requests_total{operation="List",status="200"}' in done.stdout, done.stdout[:2000]
+
+
+def test_driver_metrics_count_the_reports_of_the_rollouts_an_operation_ran_pools_included():
+    from service.metrics import Metrics
+
+    metrics = Metrics()
+    report = {"result": "upgraded", "seconds": 12.0, "evicted": ["default/job-1"]}
+    output = {"reports": {"n1": report}, "pools": {"a": {"reports": {"n2": report, "n3": {**report, "evicted": []}}},
+                                                    "b": {"reports": {"n4": report}}}}
+    # Pool a's rollout ran, the component's own and pool b's did not: their reports are an earlier run's.
+    metrics.driver_reports(output, ["driver-upgrade-a"])
+    sample = {(s.name, tuple(sorted(s.labels.items()))): s.value for m in metrics.registry.collect() for s in m.samples}
+    assert sample[("gcu_stack_service_driver_node_upgrade_seconds_count", (("result", "upgraded"),))] == 2
+    assert sample[("gcu_stack_service_driver_evictions_total", ())] == 1
