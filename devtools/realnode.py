@@ -21,8 +21,13 @@ What the node is made of (everything it writes lives under ``workdir``):
   kubelet is in there too, so its probes reach pod IPs and hostNetwork pods like on a
   real node. The API server (loopback of the machine) is reached through a small
   forwarder (``agent`` below) listening *inside* the namespace on the kubeconfig's
-  ``127.0.0.1:<port>`` and on the ``kubernetes`` Service IP (``10.96.0.1:443``), so
-  pods' in-cluster clients work without kube-proxy.
+  ``127.0.0.1:<port>``, on the ``kubernetes`` Service IP (``10.96.0.1:443``) and on the
+  address the API server advertises (the Service's endpoint, where kube-proxy sends it).
+* **kube-proxy** of the same Kubernetes version, iptables mode, in that network namespace:
+  ClusterIP Services and NodePorts (on the node's address) work in the node as on a real one,
+  and its rules live and die with the namespace (the machine's iptables are not touched; no
+  conntrack limit or timeout is set). It authenticates as ``system:kube-proxy``, the user the
+  default RBAC gives the proxier's role.
 * **Mount namespace** (private, held by a ``sleep`` process): the kubelet and containerd
   share it. In it, ``/var/lib`` is ``workdir/var-lib`` (so the kubelet's root dir is the
   ordinary ``/var/lib/kubelet`` and the device-plugin directory the project's DaemonSet
@@ -58,7 +63,7 @@ What the node is made of (everything it writes lives under ``workdir``):
   images stay.
 
 **Cleanup** (``stop()``, ``down``, and the agent when the Python process that started the
-node dies): the kubelet, every container (descendants of this containerd's shims, and
+node dies): the kubelet, kube-proxy, every container (descendants of this containerd's shims, and
 anything left in the cgroups of its containers), the shims, containerd, the holder and
 anything else inside the network or mount namespace are killed; the mount namespace dies
 with them (taking every mount made in it); the containers' cgroups are removed; the
@@ -135,6 +140,8 @@ NETNS_PREFIX = "gcurn-"
 LINK_PREFIX = "grn"
 LINK_NET = "10.234.{i}.{host}"       # /30 per node: .1 this machine, .2 the node
 POD_NET = "10.233.{i}"               # /24 per node, on the node's cni0 bridge
+POD_CIDR_ALL = "10.233.0.0/16"       # every real node's pods (kube-proxy's clusterCIDR)
+KUBE_PROXY_HEALTHZ_PORT = 10256
 KUBELET_PORT = 10250
 PAUSE_REPOSITORY = "gcu-stack.local/realnode-pause"
 K8S_NAMESPACE = "k8s.io"             # containerd namespace the CRI plugin uses
@@ -154,7 +161,7 @@ CNI_PLUGINS = ("bridge", "host-local", "loopback")
 NODE_DEVICES = (("null", "666", 1, 3), ("zero", "666", 1, 5), ("full", "666", 1, 7), ("random", "666", 1, 8),
                 ("urandom", "666", 1, 9), ("tty", "666", 5, 0), ("kmsg", "644", 1, 11))
 # What runs in the node's namespaces besides containers (teardown's roots)
-NODE_PROGRAMS = {"containerd", "containerd-shim-runc-v2", "kubelet", "busybox", "runc", "nsenter", "unshare", "sh"}
+NODE_PROGRAMS = {"containerd", "containerd-shim-runc-v2", "kubelet", "kube-proxy", "busybox", "runc", "nsenter", "unshare", "sh"}
 _CLONE_NEWNET = 0x40000000
 _LOCK = CACHE_DIR / "realnode.lock"
 _RUN_NETNS_MARKER = CACHE_DIR / "realnode-made-run-netns"
@@ -193,6 +200,8 @@ def find_toolchain() -> dict:
     kube_dir = Path(os.environ.get("GCU_KUBE_BIN_DIR") or CACHE_DIR / f"kubernetes-{K8S_VERSION}" / "bin")
     found = {
         "kubelet": _exe([os.environ.get("GCU_KUBELET_BIN", ""), str(kube_dir / "kubelet")]),
+        "kube-proxy": _exe([os.environ.get("GCU_KUBE_PROXY_BIN", ""), str(kube_dir / "kube-proxy")]),
+        "iptables": _exe(["/usr/sbin/iptables", "/sbin/iptables", "iptables"]),
         "containerd": _exe([os.environ.get("GCU_CONTAINERD_BIN", ""), "/usr/bin/containerd", "containerd"]),
         "ctr": _exe(["/usr/bin/ctr", "ctr"]),
         "containerd-shim-runc-v2": _exe(["/usr/bin/containerd-shim-runc-v2", "containerd-shim-runc-v2"]),
@@ -207,6 +216,8 @@ def find_toolchain() -> dict:
     }
     cni_dir = Path(os.environ.get("GCU_CNI_BIN_DIR") or "/usr/lib/cni")
     fixes = {"kubelet": f"{TOOLCHAIN_HINT} (it builds kubelet {K8S_VERSION} into {kube_dir})",
+             "kube-proxy": f"{TOOLCHAIN_HINT} (it builds kube-proxy {K8S_VERSION} into {kube_dir})",
+             "iptables": "apt-get install iptables",
              "containerd": "apt-get install containerd", "ctr": "apt-get install containerd",
              "containerd-shim-runc-v2": "apt-get install containerd", "runc": "apt-get install runc",
              "ip": "apt-get install iproute2", "nsenter": "apt-get install util-linux",
@@ -683,6 +694,7 @@ class RealNode(StartStop):
                 self.add_fake_gcus(self.fake_gcus)
             self._write_kubelet_files()
             self._start_kubelet()
+            self._start_kube_proxy()
             self._write_state()
             self._wait_registered(deadline)
             self.timings["registered"] = time.monotonic() - t0
@@ -708,6 +720,9 @@ class RealNode(StartStop):
             svc = self.api.get("/api/v1/namespaces/default/services/kubernetes")
             self.service_ip = svc["spec"]["clusterIP"]
             self.service_port = int(svc["spec"]["ports"][0]["port"])
+            # Where kube-proxy sends that Service: the address the API server advertises (not reachable as such).
+            subset = self.api.get("/api/v1/namespaces/default/endpoints/kubernetes")["subsets"][0]
+            self.endpoint_ip, self.endpoint_port = subset["addresses"][0]["ip"], int(subset["ports"][0]["port"])
         except Exception as e:
             raise RealNodeError(f"real node {self.name}: the API server {self.api.server} ({self.kubeconfig}) "
                                 f"does not answer: {e}. Start the cluster first.") from e
@@ -745,8 +760,9 @@ class RealNode(StartStop):
             [*ns, ip, "addr", "add", f"{self.node_ip}/30", "dev", "eth0"],
             [*ns, ip, "link", "set", "eth0", "up"],
             [*ns, ip, "route", "add", "default", "via", self.host_ip],
-            # the kubernetes Service IP, answered by the agent inside the node (no kube-proxy here)
+            # the kubernetes Service IP and its endpoint (where kube-proxy sends it), both answered by the agent
             [*ns, ip, "addr", "add", f"{self.service_ip}/32", "dev", "lo"],
+            [*ns, ip, "addr", "add", f"{self.endpoint_ip}/32", "dev", "lo"],
             [*ns, "/bin/sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"],   # this namespace's only
             [ip, "route", "add", self.pod_subnet, "via", self.node_ip, "dev", self.link],
         ]
@@ -758,7 +774,8 @@ class RealNode(StartStop):
     # -- agent: API forwarder into the node (+ reaper when this process dies)
     def _start_agent(self) -> None:
         u = self.api
-        listen = [["127.0.0.1", u.port, u.host, u.port], [self.service_ip, self.service_port, u.host, u.port]]
+        listen = [["127.0.0.1", u.port, u.host, u.port], [self.service_ip, self.service_port, u.host, u.port],
+                  [self.endpoint_ip, self.endpoint_port, u.host, u.port]]
         self.state["forward"] = listen
         self._write_state()
         argv = [sys.executable, "-m", "devtools.realnode", "agent", "--state-dir", str(self.workdir)]
@@ -1084,6 +1101,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     def _node_credentials(self, kd: Path) -> dict:
         """A client certificate for system:node:<name> (group system:nodes) signed by the cluster CA."""
+        return self._client_credentials(kd, f"system:node:{self.name}", "system:nodes")
+
+    def _client_credentials(self, kd: Path, user: str, group: Optional[str]) -> dict:
+        """A client certificate for `user` (in `group`) signed by the cluster CA, under kd/client."""
         openssl = self.toolchain["openssl"]
         pki = kd / "client"
         pki.mkdir(exist_ok=True)
@@ -1095,10 +1116,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         ext.write_text("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
                        "extendedKeyUsage=clientAuth\n")
         _run([openssl, "req", "-newkey", "rsa:2048", "-nodes", "-sha256", "-keyout", key, "-out", csr,
-              "-subj", f"/O=system:nodes/CN=system:node:{self.name}"], what="node client key")
+              "-subj", (f"/O={group}" if group else "") + f"/CN={user}"], what=f"{user} client key")
         _run([openssl, "x509", "-req", "-in", csr, "-CA", self.ca_cert, "-CAkey", self.ca_key, "-CAcreateserial",
               "-CAserial", pki / "ca.srl", "-days", "30", "-sha256", "-extfile", ext, "-out", crt],
-             what="node client certificate")
+             what=f"{user} client certificate")
         os.chmod(key, 0o600)
         return {"client-certificate": str(crt), "client-key": str(key)}
 
@@ -1111,6 +1132,32 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         if node_labels:
             argv += ["--node-labels", node_labels]
         self._spawn("kubelet", self.in_node(*argv))
+
+    def _start_kube_proxy(self) -> None:
+        """kube-proxy (iptables mode) in the node's network namespace: Services and NodePorts work there as on a real
+        node, its rules live and die with the namespace. It sets nothing machine-wide: conntrack limits and timeouts are
+        left alone (0), node ports are answered on the node's address only."""
+        kd = self.workdir / "kube-proxy"
+        kd.mkdir(parents=True, exist_ok=True)
+        node_config = json.loads((self.workdir / "kubelet" / "kubeconfig").read_text())
+        if self.ca_cert and self.ca_key:   # the user the default RBAC binds to system:node-proxier
+            node_config["users"][0]["user"] = self._client_credentials(kd, "system:kube-proxy", None)
+        (kd / "kubeconfig").write_text(json.dumps(node_config, indent=2))
+        os.chmod(kd / "kubeconfig", 0o600)
+        config = {
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(kd / "kubeconfig")},
+            "hostnameOverride": self.name, "bindAddress": self.node_ip, "mode": "iptables",
+            "clusterCIDR": POD_CIDR_ALL,
+            "healthzBindAddress": f"{self.node_ip}:{KUBE_PROXY_HEALTHZ_PORT}", "metricsBindAddress": "127.0.0.1:10249",
+            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+            "nodePortAddresses": [f"{self.node_ip}/32"],
+            "iptables": {"localhostNodePorts": False},
+        }
+        (kd / "config.json").write_text(json.dumps(config, indent=2))
+        path = f"{os.path.dirname(self.toolchain['iptables'])}:/usr/sbin:/usr/bin:/sbin:/bin"
+        self._spawn("kube-proxy", self.in_node(self.toolchain["kube-proxy"], "--config", kd / "config.json", "--v=2"),
+                    env={**os.environ, "PATH": path})
 
     def _fail(self, what: str, why: str) -> RealNodeError:
         log = self.log_dir / f"{what}.log"

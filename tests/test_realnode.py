@@ -209,6 +209,56 @@ def test_a_pod_network_pod_gets_a_bridge_ip_and_a_host_network_pod_completes(clu
     cluster.kubectl("delete", "pod", "podnet", "hostnet", "--wait=true", timeout=120)
 
 
+def _machine_kube_chains() -> list[str]:
+    out = subprocess.run(["iptables", "-t", "nat", "-S"], capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if "KUBE-" in line]
+
+
+def test_services_work_in_the_node_through_its_kube_proxy_and_leave_the_machines_iptables_alone(cluster, node):
+    """kube-proxy (iptables mode) in the node's network namespace: a pod reaches a ClusterIP Service by its IP, the
+    machine reaches its NodePort on the node's address, and in-cluster API clients still reach the API server (the
+    `kubernetes` Service now goes through kube-proxy to the advertised endpoint, which the node's agent answers)."""
+    image = node.sandbox_image
+    labels = {"app": "web"}
+    server = shell_pod("web", image, "mkdir -p /www && echo served-by-$HOSTNAME > /www/index.html && "
+                                     "exec httpd -f -p 8080 -h /www", node_name=NODE, restart="Always")
+    server["metadata"]["labels"] = labels
+    apply(cluster, server)
+    apply(cluster, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
+                    "spec": {"type": "NodePort", "selector": labels, "ports": [{"port": 80, "targetPort": 8080}]}})
+    wait_pod_phase(cluster, node, "default", "web", phases=("Running",))
+    service = get(cluster, "service", "web", "default")
+    cluster_ip, node_port = service["spec"]["clusterIP"], service["spec"]["ports"][0]["nodePort"]
+    # (kube-proxy writes a new Service's rules within a second or so: a few tries; busybox wget -T segfaults, hence timeout)
+    apply(cluster, shell_pod("client", image, f"for i in 1 2 3 4 5 6 7 8 9 10; do timeout 3 wget -q -O - http://{cluster_ip}/ && break; "
+                             "sleep 1; done; timeout 5 wget -q -O - --no-check-certificate "
+                             "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version; echo done", node_name=NODE))
+    wait_pod_phase(cluster, node, "default", "client")
+    log = node.pod_log("default", "client")
+    assert "served-by-web" in log, f"the ClusterIP Service {cluster_ip} did not answer from a pod:\n{log}"
+    assert '"gitVersion": "v1.33.4"' in log, f"the kubernetes Service (through kube-proxy) did not answer:\n{log}"
+    # From the machine, as a client outside the cluster would: the NodePort on the node's address.
+    body = wait_until(lambda: _get(f"http://{node.node_ip}:{node_port}/"), 30, what=f"NodePort {node_port} on {node.node_ip}")
+    assert "served-by-web" in body
+    rules = subprocess.run(["ip", "netns", "exec", netns_name(NODE), "iptables", "-t", "nat", "-S", "KUBE-SERVICES"],
+                           capture_output=True, text=True, check=True).stdout
+    assert cluster_ip in rules, rules
+    assert _machine_kube_chains() == [], "kube-proxy wrote to the machine's own iptables"
+    cluster.kubectl("delete", "pod", "web", "client", "--wait=true", timeout=120)
+    cluster.kubectl("delete", "service", "web")
+
+
+def _get(url: str):
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=3) as response:
+            return response.read().decode()
+    except (urllib.error.URLError, OSError):
+        return None
+
+
 def test_what_a_pod_does_to_the_hosts_dev_stays_in_the_node(cluster, node):
     # a driver-like pod: privileged, the host's /dev read-write at /dev (the kubelet also puts the
     # container's /dev/termination-log there)
