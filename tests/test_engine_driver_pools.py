@@ -101,6 +101,7 @@ def test_2_a_new_version_for_one_pool_previews_and_rolls_out_on_that_pool_only(p
     assert out["phase"] == "Running"
     upgrade = [c for c in out["conditions"] if c["action"] == "upgrade"]
     assert upgrade and upgrade[0]["status"] == "success", out["conditions"]
+    assert "pool a: driver upgraded on 2 node(s)" in upgrade[0]["message"], upgrade[0]["message"]
 
 
 def test_3_a_node_relabelled_into_a_pool_keeps_its_driver_until_the_next_up_moves_it_through_the_safe_path(pools):

@@ -717,7 +717,7 @@ class NodeUpgrade:
         self.wait_for_jobs()
         self.evict()
         self.pause_operands()
-        self.restart_driver()
+        self.restart_driver(move=True)
         self.restore_operands()
         self.validate()
         self.uncordon()
@@ -828,11 +828,13 @@ class NodeUpgrade:
         self.wait("pause operands", float(self.props["operandReadyTimeoutSeconds"]), lambda: not self._operand_pods(),
                   lambda: f"operand pods {', '.join(p['metadata']['name'] for p in self._operand_pods())} still on the node")
 
-    def restart_driver(self) -> None:
-
+    def restart_driver(self, move: bool = False) -> None:
+        """The node's driver pod replaced by one of the current revision; `move` (the full path only: the node is
+        drained): first into this rollout's pool, when it runs another pool's driver."""
         self.state(RESTARTING)
         self.release_rollback()
-        self.move_into_pool()
+        if move:
+            self.move_into_pool()
         pod = self.cluster.driver_pods(self.node).get(self.node)
         if pod is not None and (pod["metadata"].get("labels") or {}).get(REVISION_LABEL) != self.revision:
             self.cluster.delete_pod(pod)

@@ -176,14 +176,16 @@ def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeIn
         pulumi.log.warn(f"{prefix}driver upgrade plan: the live cluster could not be read ({error}); the rollout reads it when it runs")
 
 
-def _condition(values: list) -> Optional[dict]:
-    """GcuResource's `upgrade` condition, when the last rollouts (one per pool) upgraded (or failed on) a node."""
+def _condition(values: list, pools: Optional[list] = None) -> Optional[dict]:
+    """GcuResource's `upgrade` condition, when the last rollouts (the component's own, then one per pool in `pools`)
+    upgraded (or failed on) a node; each pool's message names it."""
     upgraded, failed, nodes, messages, finished = [], {}, {}, [], []
-    for index in range(0, len(values), 5):
+    for index, pool in zip(range(0, len(values), 5), ["", *(pools or [])], strict=True):
         upgraded += values[index] or []
         failed.update(values[index + 1] or {})
         nodes.update(values[index + 2] or {})
-        messages.append(values[index + 3] or "")
+        if values[index + 3]:
+            messages.append(f"pool {pool}: {values[index + 3]}" if pool else values[index + 3])
         finished.append(values[index + 4])
     if not upgraded and not failed:
         return None
@@ -277,7 +279,7 @@ def declare(context: StepContext) -> StepResult:
     done = pulumi.Output.all(*(r.failed for r in resources)).apply(lambda failed: not any(failed))
     condition = pulumi.Output.all(*(
         value for r in resources for value in (r.upgraded, r.failed, r.states, r.message, r.finishedAt)
-    )).apply(_condition)
+    )).apply(lambda values: _condition(values, pools))
     report = _report(main)
     if by_pool:   # each pool's beside the component's own (whose keys stay where they were without pools)
         report = pulumi.Output.all(report, *(_report(r) for r in by_pool)).apply(
