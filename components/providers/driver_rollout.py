@@ -127,6 +127,11 @@ class NodeLeft(NodeFailed):
 LEFT = "left the cluster during the upgrade"
 
 
+def selector_text(match_labels: dict) -> str:
+    """A DaemonSet's matchLabels as a label selector string."""
+    return ",".join(f"{k}={v}" for k, v in match_labels.items())
+
+
 def in_pool(labels: dict, pool: Optional[dict]) -> bool:
     """Whether a node with these labels is one the DaemonSet of `pool` (DriverUpgradeInputs.pool) runs on."""
     def matches(selector: dict) -> bool:
@@ -563,7 +568,7 @@ class Cluster:
         pod, not the whole DaemonSet's)."""
         if self._driver_selector is None:
             ds = self.daemonset()
-            self._driver_selector = ",".join(f"{k}={v}" for k, v in ds["spec"]["selector"]["matchLabels"].items())
+            self._driver_selector = selector_text(ds["spec"]["selector"]["matchLabels"])
         pods = self._data(self.api.list_namespaced_pod(
             self.props["namespace"], label_selector=self._driver_selector,
             field_selector=f"spec.nodeName={node}" if node else None, _preload_content=False))["items"]

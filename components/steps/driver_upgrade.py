@@ -130,7 +130,7 @@ DriverUpgradeSettings = one_setting("DriverUpgradeSettings", "driver_upgrade", "
 def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeInputs, kubeconfig, pool: str) -> None:
     """The plan, from the live cluster, in the preview's output (and `pulumi up`'s); a pool's lines name it."""
     from ..providers import live_nodes
-    from ..providers.driver_rollout import Cluster, describe, in_pool, plan, windows_note
+    from ..providers.driver_rollout import Cluster, describe, in_pool, plan, selector_text, windows_note
     from ..providers.install_key import install_key
 
     prefix = f"driver pool {pool}: " if pool else ""
@@ -140,7 +140,7 @@ def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeIn
         # The rollout's own view of the cluster, from what its resource will be given.
         cluster = Cluster({"kubeconfig": kubeconfig, "context": inputs.context, "daemonSet": daemonset["metadata"]["name"],
                            "namespace": daemonset["metadata"]["namespace"], "resources": inputs.resources, "pool": inputs.pool,
-                           "driverSelector": ",".join(f"{k}={v}" for k, v in daemonset["spec"]["selector"]["matchLabels"].items())})
+                           "driverSelector": selector_text(daemonset["spec"]["selector"]["matchLabels"])})
         try:
             live = cluster.daemonset()
         except ApiException as error:
@@ -176,17 +176,17 @@ def _preview_plan(context: StepContext, daemonset: dict, inputs: DriverUpgradeIn
         pulumi.log.warn(f"{prefix}driver upgrade plan: the live cluster could not be read ({error}); the rollout reads it when it runs")
 
 
-def _condition(values: list, pools: Optional[list] = None) -> Optional[dict]:
-    """GcuResource's `upgrade` condition, when the last rollouts (the component's own, then one per pool in `pools`)
-    upgraded (or failed on) a node; each pool's message names it."""
+def _condition(parts: list) -> Optional[dict]:
+    """GcuResource's `upgrade` condition, when the last rollouts upgraded (or failed on) a node. `parts`: (pool, that
+    rollout's outputs) for the component's own (pool "") and each pool's; each pool's message names it."""
     upgraded, failed, nodes, messages, finished = [], {}, {}, [], []
-    for index, pool in zip(range(0, len(values), 5), ["", *(pools or [])], strict=True):
-        upgraded += values[index] or []
-        failed.update(values[index + 1] or {})
-        nodes.update(values[index + 2] or {})
-        if values[index + 3]:
-            messages.append(f"pool {pool}: {values[index + 3]}" if pool else values[index + 3])
-        finished.append(values[index + 4])
+    for pool, part in parts:
+        upgraded += part["upgraded"] or []
+        failed.update(part["failed"] or {})
+        nodes.update(part["states"] or {})
+        if part["message"]:
+            messages.append(f"pool {pool}: {part['message']}" if pool else part["message"])
+        finished.append(part["finishedAt"])
     if not upgraded and not failed:
         return None
     total = len(nodes) or 1
@@ -278,8 +278,9 @@ def declare(context: StepContext) -> StepResult:
     main, *by_pool = resources
     done = pulumi.Output.all(*(r.failed for r in resources)).apply(lambda failed: not any(failed))
     condition = pulumi.Output.all(*(
-        value for r in resources for value in (r.upgraded, r.failed, r.states, r.message, r.finishedAt)
-    )).apply(lambda values: _condition(values, pools))
+        pulumi.Output.all(upgraded=r.upgraded, failed=r.failed, states=r.states, message=r.message, finishedAt=r.finishedAt)
+        for r in resources
+    )).apply(lambda parts: _condition(list(zip(["", *pools], parts, strict=True))))
     report = _report(main)
     if by_pool:   # each pool's beside the component's own (whose keys stay where they were without pools)
         report = pulumi.Output.all(report, *(_report(r) for r in by_pool)).apply(
