@@ -142,6 +142,8 @@ LINK_NET = "10.234.{i}.{host}"       # /30 per node: .1 this machine, .2 the nod
 POD_NET = "10.233.{i}"               # /24 per node, on the node's cni0 bridge
 POD_CIDR_ALL = "10.233.0.0/16"       # every real node's pods (kube-proxy's clusterCIDR)
 KUBE_PROXY_HEALTHZ_PORT = 10256
+CLUSTER_DNS_IP = "10.96.0.10"            # kubeadm's kube-dns Service address in the 10.96.0.0/16 Service range
+CLUSTER_DOMAIN = "cluster.local"
 KUBELET_PORT = 10250
 PAUSE_REPOSITORY = "gcu-stack.local/realnode-pause"
 K8S_NAMESPACE = "k8s.io"             # containerd namespace the CRI plugin uses
@@ -436,27 +438,33 @@ def sandbox_image_archive(busybox: str) -> tuple[Path, str]:
     """
     from devtools.dockerd import busybox_rootfs_tar
 
-    layer = busybox_rootfs_tar(busybox)
-    layer_bytes = layer.read_bytes()
-    diff_id = "sha256:" + hashlib.sha256(layer_bytes).hexdigest()
-    config = {
-        "architecture": "amd64", "os": "linux",
-        "config": {"Entrypoint": ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"],
-                   "Env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"], "WorkingDir": "/"},
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-        "history": [{"created_by": "gcu-stack realnode sandbox image (static busybox)"}],
-    }
+    return one_layer_image_archive(
+        PAUSE_REPOSITORY, busybox_rootfs_tar(busybox).read_bytes(),
+        {"Entrypoint": ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"],
+         "Env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"], "WorkingDir": "/"},
+        "gcu-stack realnode sandbox image (static busybox)")
+
+
+def one_layer_image_archive(repository: str, layer: bytes, container_config: Mapping[str, Any],
+                            created_by: str) -> tuple[Path, str]:
+    """(a docker-save archive, its reference) of a one-layer image, cached under its config's digest.
+
+    Written here rather than by a dockerd: a node imports it with ctr, no registry or daemon involved.
+    """
+    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+    config = {"architecture": "amd64", "os": "linux", "config": dict(container_config),
+              "rootfs": {"type": "layers", "diff_ids": [diff_id]}, "history": [{"created_by": created_by}]}
     config_bytes = json.dumps(config, sort_keys=True).encode()
     config_id = hashlib.sha256(config_bytes).hexdigest()
-    ref = f"{PAUSE_REPOSITORY}:{config_id[:12]}"
-    out = CACHE_DIR / "realnode-pause" / f"pause-{config_id[:12]}.tar"
+    ref = f"{repository}:{config_id[:12]}"
+    out = CACHE_DIR / repository.rsplit("/", 1)[-1] / f"image-{config_id[:12]}.tar"
     if out.exists():
         return out, ref
     out.parent.mkdir(parents=True, exist_ok=True)
     manifest = [{"Config": f"{config_id}.json", "RepoTags": [ref], "Layers": [f"{config_id}/layer.tar"]}]
-    tmp = out.with_suffix(".tmp")
+    tmp = out.with_suffix(f".tmp{os.getpid()}")
     with tarfile.open(tmp, "w") as tf:
-        for name, data in ((f"{config_id}.json", config_bytes), (f"{config_id}/layer.tar", layer_bytes),
+        for name, data in ((f"{config_id}.json", config_bytes), (f"{config_id}/layer.tar", layer),
                            ("manifest.json", json.dumps(manifest).encode())):
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(data), 0o644, 0
@@ -1084,7 +1092,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             "containerRuntimeEndpoint": f"unix://{NODE_CONTAINERD_SOCKET}",
             "port": KUBELET_PORT, "readOnlyPort": 0, "healthzPort": 0, "resolvConf": "",
             "address": self.node_ip,
-            "clusterDomain": "cluster.local",
+            "clusterDomain": CLUSTER_DOMAIN, "clusterDNS": [CLUSTER_DNS_IP],   # devtools/clusterdns.py answers there
             "registerWithTaints": self.taints,
             # imported images are all there is (nothing can be pulled): never collect them
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,

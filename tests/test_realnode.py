@@ -30,9 +30,9 @@ from types import SimpleNamespace
 import pytest
 from realnode_fixtures import GCU_RESOURCE, allocatable_gcus, apply, device_plugin_daemonset, get, shell_pod, wait_pod_phase, wait_until
 
-from devtools import fakegcu, imagebuild
+from devtools import clusterdns, fakegcu, imagebuild
 from devtools.localcluster import LocalCluster
-from devtools.realnode import RealNode, RealNodeError, leftovers, link_name, netns_name
+from devtools.realnode import CLUSTER_DNS_IP, RealNode, RealNodeError, leftovers, link_name, netns_name
 from devtools.sweep import sweep_machine
 
 pytestmark = pytest.mark.timeout(1800)
@@ -246,6 +246,44 @@ def test_services_work_in_the_node_through_its_kube_proxy_and_leave_the_machines
     assert _machine_kube_chains() == [], "kube-proxy wrote to the machine's own iptables"
     cluster.kubectl("delete", "pod", "web", "client", "--wait=true", timeout=120)
     cluster.kubectl("delete", "service", "web")
+
+
+def test_cluster_dns_answers_for_services_from_pods_on_the_node(cluster, node):
+    """CoreDNS (devtools/clusterdns.py, built from its Go module) as kubeadm deploys it: the kubelet gives pods the
+    kube-dns Service address and the cluster's search path, and a pod reaches a Service by its short and its full
+    name (through kube-proxy to CoreDNS, which reads Services from the API server); unknown names are NXDOMAIN."""
+    done = clusterdns.up(cluster.kubeconfig, [node], replicas=1)
+    TIMES["cluster DNS: CoreDNS image import"] = done["import-seconds"]
+    TIMES["cluster DNS: up (import + apply + a replica ready)"] = done["seconds"]
+    image = node.sandbox_image
+    server = shell_pod("named", image, "mkdir -p /www && echo served-by-$HOSTNAME > /www/index.html && "
+                                       "exec httpd -f -p 8080 -h /www", node_name=NODE, restart="Always")
+    server["metadata"]["labels"] = {"app": "named"}
+    apply(cluster, server)
+    apply(cluster, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "named", "namespace": "default"},
+                    "spec": {"selector": {"app": "named"}, "ports": [{"port": 80, "targetPort": 8080}]}})
+    wait_pod_phase(cluster, node, "default", "named", phases=("Running",))
+    cluster_ip = get(cluster, "service", "named", "default")["spec"]["clusterIP"]
+    full = "named.default.svc.cluster.local"
+    apply(cluster, shell_pod("resolver", image, "cat /etc/resolv.conf; "
+                             f"for i in 1 2 3 4 5 6 7 8 9 10; do nslookup {full} && break; sleep 1; done; "
+                             "timeout 5 wget -q -O - http://named/; "
+                             f"timeout 5 wget -q -O - http://{full}/; "
+                             "nslookup kubernetes.default.svc.cluster.local; nslookup nosuch.default.svc.cluster.local; echo done",
+                             node_name=NODE))
+    wait_pod_phase(cluster, node, "default", "resolver")
+    log = node.pod_log("default", "resolver")
+    assert f"nameserver {CLUSTER_DNS_IP}" in log, log
+    assert "search default.svc.cluster.local svc.cluster.local cluster.local" in log, log
+    assert re.search(rf"Name:\s+{re.escape(full)}\s+Address:?\s+{re.escape(cluster_ip)}", log), log
+    assert log.count("served-by-named") == 2, f"the Service by its short and its full name:\n{log}"
+    assert re.search(r"Name:\s+kubernetes\.default\.svc\.cluster\.local\s+Address:?\s+10\.96\.0\.1\b", log), log
+    assert "NXDOMAIN" in log, log
+    coredns = json.loads(cluster.kubectl("get", "pods", "-n", "kube-system", "-l", "k8s-app=kube-dns", "-o", "json").stdout)
+    assert [p["spec"]["nodeName"] for p in coredns["items"]] == [NODE]
+    cluster.kubectl("delete", "pod", "named", "resolver", "--wait=true", timeout=120)
+    cluster.kubectl("delete", "service", "named")
+    cluster.kubectl("delete", "-n", "kube-system", "deployment", "coredns", "--wait=true", timeout=120)
 
 
 def _get(url: str):

@@ -10,6 +10,8 @@
 #               into $CACHE/kubernetes-<version>/bin/
 #   kube-proxy  kube-proxy <version> (the real test nodes' Services) built the same way from a module of its own,
 #               devtools/kube-proxy, into the same directory: adding it did not change the others' build id
+#   coredns     CoreDNS <version> (the real test nodes' cluster DNS) built from devtools/coredns (its main.go links the
+#               plugins a kubeadm Corefile uses) into $CACHE/coredns-<version>/bin/coredns
 #   etcd        etcd server <version> built from Go modules with devtools/etcd into $CACHE/etcd-<version>/bin/etcd
 #               (if that fails: Debian's etcd-server 3.4, with a loud warning)
 #   kwok        sigs.k8s.io/kwok (simulated nodes) into $CACHE/kwok-<version>/bin/kwok, plus its default stages
@@ -50,6 +52,7 @@ REPO_DIR="$(cd "$(dirname "$SELF")/../.." && pwd)"
 CACHE_DIR="${GCU_CACHE_DIR:-$HOME/.cache/gcu-stack}"
 KUBE_MOD_DIR="$REPO_DIR/devtools/go"
 PROXY_MOD_DIR="$REPO_DIR/devtools/kube-proxy"
+COREDNS_MOD_DIR="$REPO_DIR/devtools/coredns"
 ETCD_MOD_DIR="$REPO_DIR/devtools/etcd"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 KWOK_GO_MIN=1.26.0          # sigs.k8s.io/kwok v0.8.0's go line
@@ -65,11 +68,14 @@ required_version() {   # required_version GO.MOD MODULE -> the version in `requi
 }
 K8S_VERSION="$(required_version "$KUBE_MOD_DIR/go.mod" k8s.io/kubernetes)"
 ETCD_VERSION="$(required_version "$ETCD_MOD_DIR/go.mod" go.etcd.io/etcd/server/v3)"
+COREDNS_VERSION="$(required_version "$COREDNS_MOD_DIR/go.mod" github.com/coredns/coredns)"
+[ -n "$COREDNS_VERSION" ] || die "no 'require github.com/coredns/coredns vX' in $COREDNS_MOD_DIR/go.mod"
 [ -n "$K8S_VERSION" ] || die "no 'require k8s.io/kubernetes vX' in $KUBE_MOD_DIR/go.mod"
 [ -n "$ETCD_VERSION" ] || die "no 'require go.etcd.io/etcd/server/v3 vX' in $ETCD_MOD_DIR/go.mod"
 K8S_BIN="$CACHE_DIR/kubernetes-$K8S_VERSION/bin"
 ETCD_DIR="$CACHE_DIR/etcd-$ETCD_VERSION"
 KWOK_DIR="$CACHE_DIR/kwok-$KWOK_VERSION"
+COREDNS_BIN="$CACHE_DIR/coredns-$COREDNS_VERSION/bin"
 K8S_MINOR="$(echo "$K8S_VERSION" | cut -d. -f2)"
 # What `kube-apiserver --version` and the /version endpoint report (as in an upstream release build).
 K8S_LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION \
@@ -132,7 +138,7 @@ go_step() {   # go_step MIN
 
 go_min_for_builds() {
   local m="$KWOK_GO_MIN" v
-  for v in "$(go_mod_go_line "$KUBE_MOD_DIR/go.mod")" "$(go_mod_go_line "$ETCD_MOD_DIR/go.mod")"; do
+  for v in "$(go_mod_go_line "$KUBE_MOD_DIR/go.mod")" "$(go_mod_go_line "$ETCD_MOD_DIR/go.mod")" "$(go_mod_go_line "$COREDNS_MOD_DIR/go.mod")"; do
     if [ -n "$v" ] && ! ver_ge "$m" "$v"; then m="$v"; fi
   done
   echo "$m"
@@ -192,6 +198,29 @@ kube_proxy_step() {
   rm -rf "$tmp"
   echo "$id" > "$K8S_BIN/.kube-proxy-build-id"
   timing kube-proxy "$(elapsed "$t0")" "built v$K8S_VERSION (build id $id)"
+}
+
+# ------------------------------------------------------------------------------------------------ coredns
+coredns_build_id() {
+  { grep -v '^[[:space:]]*//' "$COREDNS_MOD_DIR/go.mod"; cat "$COREDNS_MOD_DIR/go.sum" "$COREDNS_MOD_DIR/main.go"
+    echo "CGO_ENABLED=0 -trimpath -s -w"; } | sha256sum | cut -c1-16
+}
+
+coredns_step() {
+  local t0 id
+  t0="$(now)"
+  id="$(coredns_build_id)"
+  if [ -x "$COREDNS_BIN/coredns" ] && [ "$(cat "$COREDNS_BIN/.build-id" 2>/dev/null)" = "$id" ]; then
+    timing coredns "$(elapsed "$t0")" "v$COREDNS_VERSION cached (build id $id)"; return
+  fi
+  log "building CoreDNS v$COREDNS_VERSION from Go modules (devtools/coredns, build id $id)"
+  mkdir -p "$COREDNS_BIN"
+  (cd "$COREDNS_MOD_DIR" && go build -trimpath -ldflags "-s -w" -o "$COREDNS_BIN/coredns.tmp" .) \
+    || { rm -f "$COREDNS_BIN/coredns.tmp"; die "building CoreDNS from $COREDNS_MOD_DIR failed (see above)"; }
+  "$COREDNS_BIN/coredns.tmp" -version >&2 || die "the CoreDNS just built does not run"
+  mv -f "$COREDNS_BIN/coredns.tmp" "$COREDNS_BIN/coredns"
+  echo "$id" > "$COREDNS_BIN/.build-id"
+  timing coredns "$(elapsed "$t0")" "built v$COREDNS_VERSION (build id $id)"
 }
 
 # ------------------------------------------------------------------------------------------------ etcd
@@ -288,6 +317,8 @@ status() {
   done
   if [ -x "$K8S_BIN/kube-proxy" ]; then echo "  kube-proxy (build id $(cat "$K8S_BIN/.kube-proxy-build-id" 2>/dev/null || echo none);" \
        "current $(proxy_build_id))"; else echo "  kube-proxy MISSING"; fi
+  if [ -x "$COREDNS_BIN/coredns" ]; then echo "coredns: $COREDNS_BIN/coredns (v$COREDNS_VERSION, build id" \
+       "$(cat "$COREDNS_BIN/.build-id" 2>/dev/null || echo none); current $(coredns_build_id))"; else echo "coredns: MISSING"; fi
   etcd_bin="$ETCD_DIR/bin/etcd"
   if [ -x "$etcd_bin" ]; then echo "etcd: $etcd_bin ($("$etcd_bin" --version 2>/dev/null | head -n1))"
   elif [ -x /usr/bin/etcd ]; then echo "etcd: FALLBACK /usr/bin/etcd ($(/usr/bin/etcd --version 2>/dev/null | head -n1))"
@@ -365,6 +396,7 @@ case "$cmd" in
     go_step "$(go_min_for_builds)"
     kube_step
     kube_proxy_step
+    coredns_step
     etcd_step
     kwok_step
     timing total "$(elapsed "$T_ALL")" "local Kubernetes toolchain ready"
