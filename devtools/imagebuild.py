@@ -24,7 +24,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from components.images import DEFS, BuildSpec, ImagesOptions, build_spec, check_images
 from devtools import ComponentFailed
@@ -178,6 +178,25 @@ def build_project_images(dockerd: Dockerd, workdir: Path, packages: Path, entrie
         docker_build(dockerd, spec)
         refs[key] = spec.image_name
     return refs
+
+
+def build_program_image(dockerd: Dockerd, workdir: Path, key: str, write_package: Callable[[Path], Path], *,
+                        base_image: Optional[str] = None, repository: Optional[str] = None, tag: str) -> str:
+    """Build the project's image of component `key` (images/agent) around a stand-in program that
+    `write_package(path)` packages as the component's topscloud archive.
+
+    ``workdir`` plays the project directory (its packages/ and .state/image-context/); the base image defaults to the
+    debootstrap bookworm base (imported into `dockerd` when missing). Returns the image reference.
+    """
+    workdir = Path(workdir)
+    if base_image is None:
+        base_image = import_base_image(dockerd, rootfs_tarball(), BASE_IMAGE)
+    packages = workdir / "packages"
+    write_package(packages / standin_name(key))
+    entry = {"build": True, "baseImage": base_image, "tag": tag}
+    if repository:   # else the project's default repository for component images
+        entry["repository"] = repository
+    return build_project_images(dockerd, workdir, packages, {key: entry})[key]
 
 
 def build_all(dockerd: Dockerd, specs: Sequence[BuildSpec]) -> Timings:

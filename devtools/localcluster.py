@@ -294,6 +294,7 @@ class LocalCluster(StartStop):
         self.ports: dict[str, int] = {}
         self.tokens: dict[str, str] = {}
         self.etcd_data_dir: Optional[Path] = None
+        self.scheduler_address = "127.0.0.1"   # restart_scheduler may move it into a node's network namespace
         self.timings: dict[str, float] = {}
         self._api: Optional[KubeApi] = None
         self._started = False
@@ -485,10 +486,8 @@ class LocalCluster(StartStop):
         self._launch("kube-scheduler", tc.kube_scheduler, [
             "--kubeconfig", self.workdir / "scheduler.kubeconfig",
             "--leader-elect=false",
-            "--secure-port", self.ports["scheduler"], "--bind-address", "127.0.0.1",
-            "--cert-dir", pki / "kube-scheduler",
             "--kube-api-qps", "200", "--kube-api-burst", "400",
-            "--profiling=false",
+            *self._scheduler_serving(),
         ])
         self._launch("kwok", tc.kwok, [
             "--kubeconfig", self.workdir / "kwok.kubeconfig",
@@ -535,13 +534,57 @@ class LocalCluster(StartStop):
             self._write_state()
             self._wait("kube-apiserver", self._apiserver_ready, deadline)
 
-    def _launch(self, name: str, exe: str, args: Sequence[Any], env: Optional[dict] = None) -> None:
-        argv = [exe] + [str(a) for a in args]
+    def _launch(self, name: str, exe: str, args: Sequence[Any], env: Optional[dict] = None,
+                prefix: Sequence[str] = ()) -> None:
+        argv = [*prefix, exe] + [str(a) for a in args]   # a prefix that execs (nsenter): the pid stays the program's
         log = Path(self.log_path(name))
         c = _Component(name, exe, argv, log)
         c.proc = spawn(argv, log, detach=self.detach, env=env)
         c.pid = c.proc.pid
         self.components[name] = c
+
+    def _scheduler_serving(self) -> list:
+        return ["--secure-port", self.ports["scheduler"], "--bind-address", self.scheduler_address,
+                "--cert-dir", self.workdir / "pki" / "kube-scheduler", "--profiling=false",
+                "--authorization-always-allow-paths", "/healthz,/readyz,/livez,/configz"]
+
+    def restart_scheduler(self, configuration: Optional[Mapping[str, Any]] = None, *, netns: Optional[str] = None,
+                          address: str = "127.0.0.1", timeout: float = 60.0) -> Path:
+        """Run kube-scheduler again, with `configuration` (a KubeSchedulerConfiguration, as an operator hands it to
+        `kube-scheduler --config`; only its clientConnection.kubeconfig is replaced, by this cluster's) and, with
+        `netns`, in that network namespace (/run/netns/<netns>) on `address`: where a control-plane node's
+        scheduler runs, on the node's host network, so 127.0.0.1 there is the node's (its node ports, say).
+        Without a configuration, the flags of start(). Returns the configuration file it runs with."""
+        tc = self.toolchain
+        old = self.components.pop("kube-scheduler", None)
+        if old is not None and old.pid is not None:
+            kill_pid(old.pid, exe=None if old.proc is not None else old.exe, proc=old.proc, timeout=10)
+        self.scheduler_address = address
+        path = self.workdir / "scheduler-config.json"
+        if configuration is None:
+            path.unlink(missing_ok=True)
+            args: list = ["--kubeconfig", self.workdir / "scheduler.kubeconfig", "--leader-elect=false",
+                          "--kube-api-qps", "200", "--kube-api-burst", "400"]
+        else:
+            document = dict(configuration)
+            document["clientConnection"] = {**(document.get("clientConnection") or {}),
+                                            "kubeconfig": str(self.workdir / "scheduler.kubeconfig")}
+            path.write_text(json.dumps(document, indent=2))   # JSON is YAML: kube-scheduler reads either
+            args = ["--config", path]
+        args += self._scheduler_serving()
+        enter = [shutil.which("nsenter") or "/usr/bin/nsenter", f"--net=/run/netns/{netns}", "--"] if netns else []
+        self._launch("kube-scheduler", tc.kube_scheduler, args, prefix=enter)
+        self._wait("kube-scheduler", lambda: self._http_ok(f"https://{address}:{self.ports['scheduler']}/healthz"),
+                   time.monotonic() + timeout)
+        self._write_state()
+        return path
+
+    def scheduler_configz(self) -> dict:
+        """The running kube-scheduler's /configz: the configuration as it holds it (its Go field names)."""
+        status, body = self._http_get(f"https://{self.scheduler_address}:{self.ports['scheduler']}/configz")
+        if status != 200:
+            raise ComponentFailed(f"kube-scheduler /configz answered HTTP {status}: {body[:300]!r}")
+        return json.loads(body)
 
     def _fail(self, name: str, why: str) -> ComponentFailed:
         c = self.components.get(name)
@@ -569,6 +612,11 @@ class LocalCluster(StartStop):
     @staticmethod
     def _http_ok(url: str, needle: bytes = b"ok") -> bool:
         """GET url == 200 with needle in the body; https is not verified (self-signed /healthz certs)."""
+        status, body = LocalCluster._http_get(url)
+        return status == 200 and needle in body
+
+    @staticmethod
+    def _http_get(url: str) -> tuple[int, bytes]:
         u = urllib.parse.urlparse(url)
         if u.scheme == "https":
             conn: http.client.HTTPConnection = http.client.HTTPSConnection(
@@ -578,7 +626,7 @@ class LocalCluster(StartStop):
         try:
             conn.request("GET", u.path)
             r = conn.getresponse()
-            return r.status == 200 and needle in r.read()
+            return r.status, r.read()
         finally:
             conn.close()
 
@@ -599,7 +647,7 @@ class LocalCluster(StartStop):
         self._wait("kube-controller-manager",
                    lambda: self._http_ok(f"https://127.0.0.1:{self.ports['controller_manager']}/healthz"), deadline)
         self._wait("kube-scheduler",
-                   lambda: self._http_ok(f"https://127.0.0.1:{self.ports['scheduler']}/healthz"), deadline)
+                   lambda: self._http_ok(f"https://{self.scheduler_address}:{self.ports['scheduler']}/healthz"), deadline)
         self._wait("kube-controller-manager", self._default_sa_exists, deadline)
         self._wait("kwok", self._nodes_ready, deadline, interval=0.1)
 

@@ -1144,7 +1144,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     def _start_kube_proxy(self) -> None:
         """kube-proxy (iptables mode) in the node's network namespace: Services and NodePorts work there as on a real
         node, its rules live and die with the namespace. It sets nothing machine-wide: conntrack limits and timeouts are
-        left alone (0), node ports are answered on the node's address only."""
+        left alone (0). Node ports are answered on the node's address and, as kube-proxy's default has it, on its
+        127.0.0.1 (the GCU-share extender's URL: a scheduler on the node's host network reaches it there); the
+        route_localnet that needs is the node's network namespace's own setting."""
         kd = self.workdir / "kube-proxy"
         kd.mkdir(parents=True, exist_ok=True)
         node_config = json.loads((self.workdir / "kubelet" / "kubeconfig").read_text())
@@ -1159,8 +1161,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             "clusterCIDR": POD_CIDR_ALL,
             "healthzBindAddress": f"{self.node_ip}:{KUBE_PROXY_HEALTHZ_PORT}", "metricsBindAddress": "127.0.0.1:10249",
             "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
-            "nodePortAddresses": [f"{self.node_ip}/32"],
-            "iptables": {"localhostNodePorts": False},
+            "nodePortAddresses": [f"{self.node_ip}/32", "127.0.0.1/32"],
+            "iptables": {"localhostNodePorts": True},
         }
         (kd / "config.json").write_text(json.dumps(config, indent=2))
         path = f"{os.path.dirname(self.toolchain['iptables'])}:/usr/sbin:/usr/bin:/sbin:/bin"

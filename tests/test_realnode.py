@@ -44,6 +44,7 @@ NODE = f"gcu-{RUN}-1"
 GCU_LABELS = {"enflame.com/gcu.present": "true", "feature.node.kubernetes.io/pci-1e36.present": "true"}
 FAKE_GCUS = 4
 TIMES: dict[str, float] = {}
+ROUTE_LOCALNET = Path("/proc/sys/net/ipv4/conf/all/route_localnet")
 
 
 def _machine_links() -> set[str]:
@@ -69,7 +70,7 @@ def machine_before(real_node_machine):
     sweep_machine()
     etc = Path("/etc/containerd/config.toml")
     return {"links": _machine_links(), "run-netns-mount": " /run/netns " in Path("/proc/self/mountinfo").read_text(),
-            "etc-containerd": etc.read_bytes() if etc.exists() else None}
+            "etc-containerd": etc.read_bytes() if etc.exists() else None, "route-localnet": ROUTE_LOCALNET.read_text()}
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +215,7 @@ def _machine_kube_chains() -> list[str]:
     return [line for line in out.splitlines() if "KUBE-" in line]
 
 
-def test_services_work_in_the_node_through_its_kube_proxy_and_leave_the_machines_iptables_alone(cluster, node):
+def test_services_work_in_the_node_through_its_kube_proxy_and_leave_the_machines_iptables_alone(cluster, node, machine_before):
     """kube-proxy (iptables mode) in the node's network namespace: a pod reaches a ClusterIP Service by its IP, the
     machine reaches its NodePort on the node's address, and in-cluster API clients still reach the API server (the
     `kubernetes` Service now goes through kube-proxy to the advertised endpoint, which the node's agent answers)."""
@@ -244,6 +245,10 @@ def test_services_work_in_the_node_through_its_kube_proxy_and_leave_the_machines
                            capture_output=True, text=True, check=True).stdout
     assert cluster_ip in rules, rules
     assert _machine_kube_chains() == [], "kube-proxy wrote to the machine's own iptables"
+    # Node ports on the node's 127.0.0.1 need route_localnet: the node's network namespace's own, not the machine's.
+    assert ROUTE_LOCALNET.read_text() == machine_before["route-localnet"]
+    assert subprocess.run(["ip", "netns", "exec", netns_name(NODE), "cat", str(ROUTE_LOCALNET)], capture_output=True,
+                          text=True, check=True).stdout.strip() == "1"
     cluster.kubectl("delete", "pod", "web", "client", "--wait=true", timeout=120)
     cluster.kubectl("delete", "service", "web")
 

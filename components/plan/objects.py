@@ -223,6 +223,14 @@ def _component_plan(component: ResolvedComponent, context: BuildContext) -> Comp
     return planned
 
 
+def component_manifests(component: ResolvedComponent, instance: str, settings: Any = None) -> list[dict]:
+    """The manifests one component declares, in order (what the stack applies for it): for tests that run a
+    component on a cluster without the engine. `settings`: the component's own settings model, or None."""
+    if settings is None and component.definition.settings is not None:
+        settings = component.definition.settings()
+    return [p.manifest for p in _component_plan(component, BuildContext(instance=instance, settings=settings)).objects]
+
+
 def _namespaces(deployed: list[ResolvedComponent], instance: str) -> list[PlannedObject]:
     sources: dict[str, list[str]] = {}
     for component in deployed:

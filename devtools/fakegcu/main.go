@@ -1,5 +1,9 @@
 // Command gcu-k8s-plugin (gcu-stack stand-in): a Kubernetes device plugin that
-// advertises N fake Enflame GCUs and hands them to containers.
+// advertises N fake Enflame GCUs and hands them to containers. With --memory-unit it
+// stands in for gcushare-device-plugin instead: each GCU's memory (--gcu-memory-mib) is
+// advertised in shares of that many GiB (device IDs gcu<N>-<share>, under the resource
+// name its DaemonSet gives, enflame.com/gcu-memory), and a container given shares of a
+// GCU gets that GCU's device.
 //
 // It stands in for Enflame's gcu-k8s-plugin in the device-plugin image the tests
 // build, so the project's DaemonSet runs it unchanged: `--resource-name` comes from
@@ -59,7 +63,13 @@ type Config struct {
 	HostDeviceDir string        // the same directory as the container runtime sees it (DeviceSpec.HostPath)
 	SocketName    string        // our socket's file name inside PluginDir
 	PollInterval  time.Duration // how often kubelet.sock, our socket and the device files are checked
+	MemoryUnit    string        // GCU-share: advertise each GCU's memory in units of this many GiB ("" = whole GCUs)
+	GcuMemoryMiB  int           // GCU-share: each GCU's memory
+	UnitsPerGcu   int           // GCU-share: GcuMemoryMiB / MemoryUnit
 }
+
+// memoryUnits are the GCU-share shares a GCU's memory is cut into (spec.gcusharePlugin.memoryUnit), in GiB.
+var memoryUnits = map[string]int{"1": 1, "0.1": 10, "0.01": 100, "0.001": 1000} // units per GiB
 
 func envOr(name, fallback string) string {
 	if v := os.Getenv(name); v != "" {
@@ -99,6 +109,17 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	fs.StringVar(&cfg.SocketName, "socket-name", os.Getenv("GCU_FAKE_SOCKET_NAME"),
 		"socket file name in the device-plugin directory (default derived from the resource name)")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", time.Second, "how often sockets and device files are checked")
+	fs.StringVar(&cfg.MemoryUnit, "memory-unit", os.Getenv("MEMORY_UNIT"),
+		"GCU-share (the gcushare-device-plugin's flag): advertise each GCU's memory in units of 1, 0.1, 0.01 or 0.001 GiB (env MEMORY_UNIT)")
+	memory := 16384
+	if v := os.Getenv("GCU_FAKE_GCU_MEMORY_MIB"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("GCU_FAKE_GCU_MEMORY_MIB=%q is not a number of MiB", v)
+		}
+		memory = n
+	}
+	fs.IntVar(&cfg.GcuMemoryMiB, "gcu-memory-mib", memory, "GCU-share: each GCU's memory in MiB (env GCU_FAKE_GCU_MEMORY_MIB; GFD's enflame.com/gcu.memory)")
 	version := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() { fmt.Fprintln(stderr, "run gcu-k8s-plugin --help for the flags") }
 	for _, a := range args {
@@ -130,6 +151,15 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	if cfg.ResourceName == "" || !strings.Contains(cfg.ResourceName, "/") {
 		return nil, fmt.Errorf("--resource-name must look like vendor-domain/resource, got %q", cfg.ResourceName)
 	}
+	if cfg.MemoryUnit != "" {
+		perGiB, ok := memoryUnits[cfg.MemoryUnit]
+		if !ok {
+			return nil, fmt.Errorf("--memory-unit must be 1, 0.1, 0.01 or 0.001 (GiB), got %q", cfg.MemoryUnit)
+		}
+		if cfg.UnitsPerGcu = cfg.GcuMemoryMiB * perGiB / 1024; cfg.UnitsPerGcu <= 0 {
+			return nil, fmt.Errorf("--gcu-memory-mib %d is less than one --memory-unit %s GiB", cfg.GcuMemoryMiB, cfg.MemoryUnit)
+		}
+	}
 	cfg.CreateDevices = cfg.DeviceDir != ""
 	if cfg.DeviceDir == "" {
 		cfg.DeviceDir = "/dev"
@@ -148,6 +178,18 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 
 // deviceID is the kubelet-facing ID of GCU i; its node is <dir>/gcu<i>.
 func deviceID(i int) string { return "gcu" + strconv.Itoa(i) }
+
+// shareID is the kubelet-facing ID of memory unit k of GCU i (GCU-share): gcu<i>-<k>.
+func shareID(i, k int) string { return deviceID(i) + "-" + strconv.Itoa(k) }
+
+// gcuOf is the GCU index of a device ID, whole (gcu<i>) or a share of one (gcu<i>-<k>).
+func gcuOf(id string) (int, error) {
+	index, _, _ := strings.Cut(strings.TrimPrefix(id, "gcu"), "-")
+	if !strings.HasPrefix(id, "gcu") {
+		return -1, fmt.Errorf("not a GCU device ID")
+	}
+	return strconv.Atoi(index)
+}
 
 // DefaultCount is how many devices are created (in a named directory) when none are found and no count is given.
 const DefaultCount = 4
@@ -265,13 +307,19 @@ func NewPlugin(cfg *Config) *Plugin {
 func (p *Plugin) snapshot() ([]*pluginapi.Device, chan struct{}) {
 	p.lock <- struct{}{}
 	defer func() { <-p.lock }()
-	devs := make([]*pluginapi.Device, len(p.health))
+	devs := make([]*pluginapi.Device, 0, len(p.health)*max(1, p.cfg.UnitsPerGcu))
 	for i, ok := range p.health {
 		h := pluginapi.Healthy
 		if !ok {
 			h = pluginapi.Unhealthy
 		}
-		devs[i] = &pluginapi.Device{ID: deviceID(i), Health: h}
+		if p.cfg.UnitsPerGcu == 0 {
+			devs = append(devs, &pluginapi.Device{ID: deviceID(i), Health: h})
+			continue
+		}
+		for k := 0; k < p.cfg.UnitsPerGcu; k++ { // a GCU's shares are as healthy as the GCU
+			devs = append(devs, &pluginapi.Device{ID: shareID(i, k), Health: h})
+		}
 	}
 	return devs, p.updates
 }
@@ -345,12 +393,16 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	for _, creq := range req.ContainerRequests {
 		cresp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
 		var indexes []int
+		seen := map[int]bool{}
 		for _, id := range creq.DevicesIDs {
-			i, err := strconv.Atoi(strings.TrimPrefix(id, "gcu"))
-			if !strings.HasPrefix(id, "gcu") || err != nil || i < 0 || i >= p.count() {
+			i, err := gcuOf(id)
+			if err != nil || i < 0 || i >= p.count() {
 				return nil, fmt.Errorf("unknown device %q (this plugin has gcu0..gcu%d)", id, p.count()-1)
 			}
-			indexes = append(indexes, i)
+			if !seen[i] { // shares of one GCU give the container that GCU once
+				seen[i] = true
+				indexes = append(indexes, i)
+			}
 		}
 		sort.Ints(indexes)
 		visible := make([]string, len(indexes))
@@ -438,6 +490,10 @@ func Run(ctx context.Context, cfg *Config) error {
 	ourSock := filepath.Join(cfg.PluginDir, cfg.SocketName)
 	log.Printf("gcu-k8s-plugin stand-in %s: %d fake GCUs as %s, devices in %s (node path %s), socket %s",
 		Version, cfg.DeviceCount, cfg.ResourceName, cfg.DeviceDir, cfg.HostDeviceDir, ourSock)
+	if cfg.UnitsPerGcu > 0 {
+		log.Printf("GCU-share: each GCU's %d MiB as %d shares of %s GiB (device IDs gcu<N>-<share>)",
+			cfg.GcuMemoryMiB, cfg.UnitsPerGcu, cfg.MemoryUnit)
+	}
 
 	var srv *grpc.Server
 	var registeredWith fileID

@@ -312,3 +312,56 @@ func TestAnExistingNonDeviceFileIsRefused(t *testing.T) {
 		t.Fatalf("want a clear error, got %v", err)
 	}
 }
+
+func TestGcuShareAdvertisesEachGcusMemoryInSharesAndAllocatesTheirGcus(t *testing.T) {
+	var out, errOut bytes.Buffer
+	cfg, err := parseFlags([]string{"--resource-name=enflame.com/gcu-memory", "--memory-unit=1", "--gcu-memory-mib=4096"}, &out, &errOut)
+	if err != nil || cfg.UnitsPerGcu != 4 {
+		t.Fatalf("4 GiB in shares of 1 GiB: %+v, %v", cfg, err)
+	}
+	t.Setenv("MEMORY_UNIT", "0.1") // what the GCU-share DaemonSet's env says, when no flag does
+	if cfg, err = parseFlags([]string{"--gcu-memory-mib=2048"}, &out, &errOut); err != nil || cfg.UnitsPerGcu != 20 {
+		t.Fatalf("MEMORY_UNIT=0.1: %+v, %v", cfg, err)
+	}
+	for _, args := range [][]string{{"--memory-unit=0.5"}, {"--memory-unit=1", "--gcu-memory-mib=512"}} {
+		if _, err := parseFlags(args, &out, &errOut); err == nil {
+			t.Fatalf("%v: want an error", args)
+		}
+	}
+
+	dir := t.TempDir()
+	cfg = &Config{ResourceName: "enflame.com/gcu-memory", DeviceCount: 2, PluginDir: dir, DeviceDir: filepath.Join(dir, "devs"),
+		CreateDevices: true, HostDeviceDir: "/on/the/node", SocketName: "fake-gcushare.sock", PollInterval: 50 * time.Millisecond,
+		MemoryUnit: "1", GcuMemoryMiB: 3072, UnitsPerGcu: 3}
+	kubelet := startKubelet(t, dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = Run(ctx, cfg) }()
+	if r := kubelet.waitRegistration(t); r.ResourceName != "enflame.com/gcu-memory" {
+		t.Fatalf("registration: %+v", r)
+	}
+	client := pluginClient(t, cfg)
+	watch, err := client.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := recvDevices(t, watch)
+	if len(got) != 6 || got["gcu0-0"] != "Healthy" || got["gcu1-2"] != "Healthy" {
+		t.Fatalf("two GCUs of three shares each: %v", got)
+	}
+	resp, err := client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+		{DevicesIDs: []string{"gcu1-0", "gcu1-2"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := resp.ContainerResponses[0].Devices; len(d) != 1 || d[0].ContainerPath != "/dev/gcu1" || d[0].HostPath != "/on/the/node/gcu1" {
+		t.Fatalf("two shares of GCU 1 give the container /dev/gcu1 once: %+v", d)
+	}
+	// A GCU's shares are as healthy as the GCU.
+	if err := os.Remove(filepath.Join(cfg.DeviceDir, "gcu0")); err != nil {
+		t.Fatal(err)
+	}
+	if got := recvDevices(t, watch); got["gcu0-1"] != "Unhealthy" || got["gcu1-1"] != "Healthy" {
+		t.Fatalf("after removing gcu0: %v", got)
+	}
+}
