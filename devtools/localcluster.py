@@ -819,6 +819,7 @@ class LocalCluster(StartStop):
             "nodes": [list(node) for node in self.nodes], "detach": self.detach,
             "components": {n: {"pid": c.pid, "exe": c.exe, "log": str(c.log)} for n, c in self.components.items()},
             "timings": self.timings, "k8s_version": K8S_VERSION, "kwok_version": KWOK_VERSION,
+            "scheduler_address": self.scheduler_address,
         }
 
     def _write_state(self) -> None:
@@ -835,6 +836,7 @@ class LocalCluster(StartStop):
         c.ports = {k: int(v) for k, v in st["ports"].items()}
         c.etcd_data_dir = Path(st["etcd_data_dir"]) if st.get("etcd_data_dir") else None
         c.timings = st.get("timings", {})
+        c.scheduler_address = st.get("scheduler_address", c.scheduler_address)
         for line in (c.workdir / "pki" / "tokens.csv").read_text().splitlines():
             parts = line.split(",")
             c.tokens[parts[2]] = parts[0]
@@ -907,6 +909,35 @@ def _cli_nodes(n: int, k: int, gcu_labels: Sequence[str], gcu_capacity: int = 0)
             + [(f"cpu-node-{i}", {}) for i in range(1, n - k + 1)])
 
 
+def _scheduler_command(cluster: LocalCluster, config: Optional[str], on_real_node: Optional[str]) -> int:
+    import yaml
+
+    from devtools.realnode import RealNode, netns_name
+
+    document = None
+    if config:
+        try:
+            document = yaml.safe_load(Path(config).read_text())
+        except (OSError, yaml.YAMLError) as e:
+            print(f"--config {config}: cannot read it as YAML: {e}", file=sys.stderr)
+            return 2
+        if not isinstance(document, dict) or document.get("kind") != "KubeSchedulerConfiguration":
+            print(f"--config {config}: not a KubeSchedulerConfiguration", file=sys.stderr)
+            return 2
+    netns, address = None, "127.0.0.1"
+    if on_real_node:
+        node = RealNode.from_state_dir(on_real_node)
+        netns, address = netns_name(node.name), node.node_ip
+    path = cluster.restart_scheduler(document, netns=netns, address=address)
+    where = f"on real node {netns} ({address})" if netns else "on this machine's loopback"
+    if document is None:
+        print(f"kube-scheduler runs with its own flags again, {where}", file=sys.stderr)
+    else:
+        extenders = [e.get("URLPrefix") for e in cluster.scheduler_configz()["componentconfig"].get("Extenders") or []]
+        print(f"kube-scheduler runs {path}, {where}; extenders: {extenders or 'none'}", file=sys.stderr)
+    return 0
+
+
 @exit_codes
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m devtools.localcluster",
@@ -926,6 +957,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for name in ("down", "status"):
         p = sub.add_parser(name)
         p.add_argument("--state-dir", required=True)
+    sch = sub.add_parser("scheduler", help="restart kube-scheduler with a KubeSchedulerConfiguration (e.g. the "
+                         "stack's gcushareSchedulerExtender.schedulerConfiguration), or with its own flags again")
+    sch.add_argument("--state-dir", required=True)
+    sch.add_argument("--config", help="the configuration (YAML or JSON), as given to kube-scheduler --config; "
+                                      "its clientConnection.kubeconfig is replaced by this cluster's. Without it: "
+                                      "the scheduler as `up` started it")
+    sch.add_argument("--on-real-node", metavar="NODE_STATE_DIR",
+                     help="run it on that real node's host network, as on a control-plane node (127.0.0.1 is the "
+                          "node's: its node ports, the GCU-share extender's URL)")
     pr = sub.add_parser("probe", help="exit 0 if the current kube context answers, 1 if not (reason on stderr)")
     pr.add_argument("--timeout", type=float, default=5.0)
     a = ap.parse_args(argv)
@@ -958,6 +998,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not (state_dir / "state.json").exists():
         return nothing_running(a.cmd, say="nothing running")
     c = LocalCluster.from_state_dir(state_dir)
+    if a.cmd == "scheduler":
+        return _scheduler_command(c, a.config, a.on_real_node)
     if a.cmd == "down":
         c.stop()
         print("stopped", file=sys.stderr)

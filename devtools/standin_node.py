@@ -2,15 +2,17 @@
 
 `build_images` builds every image the seed runs from images/ (the toolkit's runtime is runc under the
 enflame name, so pods keep starting once it is the default; the device plugin is the stand-in plugin of
-devtools/fakegcu; exporter and GFD are stand-in programs; NFD's stand-in comes from a two-line Dockerfile),
-tagged `REPOSITORY/<image>:TAG`. `blueprint` is the seed blueprint pointed at them (imagePullPolicy Never),
+devtools/fakegcu, which the GCU-share plugin's image runs too; the GCU-share extender is devtools/fakeextender;
+exporter and GFD are stand-in programs; NFD's stand-in comes from a two-line Dockerfile), tagged
+`REPOSITORY/<image>:TAG`. `blueprint` is the seed blueprint pointed at them (imagePullPolicy Never; `--gcushare`:
+GCU-share instead of the device plugin),
 and `containerd_settings` the `gcu-stack:containerd` a devtools.realnode node needs (no systemd there: stopping
 containerd from the pod restarts it under the node's restart loop).
 
 CLI (for scripts/gcu-stack --real-nodes)::
 
     python -m devtools.standin_node build --docker-state-dir DIR --workdir DIR   # prints the refs, one a line
-    python -m devtools.standin_node blueprint > gr.json
+    python -m devtools.standin_node blueprint [--gcushare] > gr.json
     python -m devtools.standin_node containerd                                  # the gcu-stack:containerd value
     python -m devtools.standin_node policy-config                               # the pack's config for the stack
 """
@@ -24,13 +26,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from devtools import fakegcu, imagebuild
+from devtools import fakeextender, fakegcu, gobuild, imagebuild
 from devtools.realnode import RealNode
 from devtools.rootfs import import_base_image, rootfs_tarball
 
 REPOSITORY = "gcu-e2e.local/gcu"
 TAG = "e2e"
-KEYS = ("toolkit", "devicePlugin", "exporter", "gfd")
+KEYS = ("toolkit", "devicePlugin", "exporter", "gfd", "gcusharePlugin", "gcushareScheduler")
+GCUSHARE_KEYS = ("gcusharePlugin", "gcushareScheduler")   # the seed leaves them out (notDeploy)
 NFD_IMAGE = f"{REPOSITORY}/node-feature-discovery:{TAG}"
 
 
@@ -46,6 +49,9 @@ def build_images(dockerd: Any, workdir: Path) -> list[str]:
     imagebuild.write_standins(packages, keys=("exporter", "gfd"), padded=False)
     _toolkit_package(packages / imagebuild.standin_name("toolkit"))
     fakegcu.write_package(packages / imagebuild.standin_name("devicePlugin"))
+    gobuild.write_package(packages / imagebuild.standin_name("gcusharePlugin"), fakegcu.binary(),
+                          fakegcu.GCUSHARE_BINARY_NAME)
+    fakeextender.write_package(packages / imagebuild.standin_name("gcushareScheduler"))
     entry = {"build": True, "baseImage": base, "repository": REPOSITORY, "tag": TAG}
     refs = list(imagebuild.build_project_images(dockerd, workdir, packages, {key: entry for key in KEYS}).values())
     nfd = workdir / "nfd"
@@ -59,14 +65,19 @@ def build_images(dockerd: Any, workdir: Path) -> list[str]:
     return [*refs, NFD_IMAGE]
 
 
-def blueprint() -> dict:
-    """The seed blueprint, running the stand-in images."""
+def blueprint(gcushare: bool = False) -> dict:
+    """The seed blueprint, running the stand-in images; with `gcushare`, GCU-share instead of the device plugin
+    (as the seed tells operators: the two cannot run side by side)."""
     seed = json.loads((Path(__file__).resolve().parent.parent / "blueprints" / "gcu-resource.json").read_text())
     pinned = {"repository": REPOSITORY, "version": TAG, "imagePullPolicy": "Never"}
     spec = seed["spec"]
     spec["nfd"] = {**spec["nfd"], **pinned, "master": pinned, "worker": pinned}
     for key in KEYS:
         spec[key] = {**spec[key], **pinned}
+    if gcushare:
+        spec["devicePlugin"]["notDeploy"] = True
+        for key in GCUSHARE_KEYS:
+            spec[key]["notDeploy"] = False
     return seed
 
 
@@ -93,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build")
     build.add_argument("--docker-state-dir", required=True, help="the state dir of `python -m devtools.dockerd up`")
     build.add_argument("--workdir", required=True)
-    sub.add_parser("blueprint")
+    sub.add_parser("blueprint").add_argument("--gcushare", action="store_true",
+                                             help="GCU-share (plugin + scheduler extender) instead of the device plugin")
     sub.add_parser("containerd")
     sub.add_parser("policy-config")
     args = parser.parse_args(argv)
@@ -103,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         refs = build_images(Dockerd.from_state_dir(args.docker_state_dir), Path(args.workdir))
         print("\n".join(refs))
     elif args.cmd == "blueprint":
-        print(json.dumps(blueprint(), indent=2))
+        print(json.dumps(blueprint(args.gcushare), indent=2))
     elif args.cmd == "containerd":
         print(json.dumps(containerd_settings()))
     else:

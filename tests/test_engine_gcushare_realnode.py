@@ -1,0 +1,115 @@
+"""GCU-share end to end with the real engine on a real node: `pulumi up` of the seed blueprint with GCU-share
+instead of the device plugin (as the seed tells operators to switch), then the scheduler configuration the stack
+exports handed to kube-scheduler as README says, and pods bound through the extender.
+
+A real kubelet 1.33 with its own containerd and 4 stand-in GCUs (devtools/realnode.py) next to a simulated CPU
+node; the images are built from images/ with the stand-ins of devtools/standin_node.py (the GCU-share plugin is
+devtools/fakegcu with --memory-unit, the extender devtools/fakeextender). GFD is a stand-in that labels nothing:
+the node is started with the enflame.com/gcu.count label GFD sets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from engine import destroy, local_servers, outputs, prepare_stack, set_json_config
+from engine import node as node_object
+from realnode_fixtures import apply, get, shell_pod, wait_pod_phase, wait_until
+
+from components.names import GCUSHARE_RESOURCE
+from devtools import fakeextender, standin_node
+from devtools.realnode import RealNode, netns_name
+
+NODE = f"gcu-share-{os.getpid()}"
+LABELS = {"feature.node.kubernetes.io/pci-1e36.present": "true", "enflame.com/gcu.driver.present": "true",
+          "enflame.com/gcu.count": "4"}
+HOST_RUNTIME_DIR = Path("/usr/local/enflame")  # the toolkit installs the runtime on the host there
+
+
+@pytest.fixture(scope="module")
+def real(real_node_machine, tmp_path_factory):
+    root = tmp_path_factory.mktemp("engine-gcushare")
+    had_runtime_dir = HOST_RUNTIME_DIR.exists()
+    with local_servers(root, [("cpu-node-1", {})]) as (cluster, dockerd):
+        node = RealNode.for_cluster(cluster, root / "node", NODE, labels=LABELS, fake_gcus=4)
+        try:
+            refs = standin_node.build_images(dockerd, root / "build")
+            node.start()
+            for ref in refs:
+                node.import_image(dockerd, ref)
+            stack, _ = prepare_stack(root, cluster, dockerd, name="gcushare")
+            stack.remove_config("gcu-stack:blueprint")
+            stack.remove_config("gcu-stack:dockerRuntime")
+            set_json_config(stack, "spec", standin_node.blueprint(gcushare=True)["spec"])
+            set_json_config(stack, "containerd", standin_node.containerd_settings())
+            yield {"cluster": cluster, "node": node, "stack": stack}
+            destroy(stack)
+        finally:
+            cluster.restart_scheduler()   # off the node's network before the node goes
+            left = node.stop()
+            if not had_runtime_dir:
+                shutil.rmtree(HOST_RUNTIME_DIR, ignore_errors=True)
+            assert left == [] and not any(node.leftovers().values()), (left, node.leftovers())
+
+
+def _share_pod(name: str, shares: int) -> dict:
+    pod = shell_pod(name, standin_node.NFD_IMAGE, "sleep 3600", restart="Always")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {GCUSHARE_RESOURCE: str(shares)}}
+    pod["spec"]["runtimeClassName"] = "enflame"
+    return pod
+
+
+def test_1_up_deploys_gcushare_and_its_memory_becomes_allocatable(real):
+    real["stack"].up(on_output=lambda _: None)
+    out = outputs(real["stack"])
+    assert out["phase"] == "Running", out
+    assert node_object(real["cluster"], NODE)["status"]["allocatable"][GCUSHARE_RESOURCE] == "64"   # 4 GCUs x 16 GiB
+    assert out["validation"]["passed"] is True and out["validation"]["resource"] == GCUSHARE_RESOURCE, out["validation"]
+
+
+def test_2_the_exported_configuration_makes_the_scheduler_bind_through_the_extender(real):
+    cluster, node = real["cluster"], real["node"]
+    exported = yaml.safe_load(outputs(real["stack"])["gcushareSchedulerExtender"]["schedulerConfiguration"])
+    cluster.restart_scheduler(exported, netns=netns_name(NODE), address=node.node_ip)
+    (extender,) = cluster.scheduler_configz()["componentconfig"]["Extenders"]
+    assert extender["URLPrefix"] == exported["extenders"][0]["urlPrefix"]
+
+    apply(cluster, _share_pod("share-job", 10))
+    pod = wait_pod_phase(cluster, node, "default", "share-job", phases=("Running",))
+    assert pod["spec"]["nodeName"] == NODE
+    assert pod["metadata"]["annotations"][fakeextender.BOUND_BY_ANNOTATION].endswith(f" -> {NODE}")
+    extender_pod = json.loads(cluster.kubectl("get", "pods", "-n", "kube-system", "-l",
+                                              "app.kubernetes.io/component=gcushareScheduler", "-o", "json").stdout)["items"][0]
+    log = node.pod_log("kube-system", extender_pod["metadata"]["name"])
+    assert f"bind default/share-job -> {NODE}: bound, 10 {GCUSHARE_RESOURCE} on GCU 0" in log, log
+
+    apply(cluster, _share_pod("too-big", 20))   # 54 free on the node, at most 16 on one GCU
+
+    def reason():
+        events = json.loads(cluster.kubectl("get", "events", "-n", "default", "--field-selector",
+                                            "involvedObject.name=too-big,reason=FailedScheduling", "-o", "json").stdout)
+        return " ".join(e.get("message", "") for e in events["items"]) or None
+
+    assert f"gcushare: asks 20 {GCUSHARE_RESOURCE} on one GCU" in wait_until(reason, 60, "too-big's FailedScheduling")
+    assert not get(cluster, "pod", "too-big", "default")["spec"].get("nodeName")
+    cluster.kubectl("delete", "pod", "share-job", "too-big", "--wait=true", timeout=120)
+
+
+def test_3_destroy_removes_gcushare(real):
+    cluster = real["cluster"]
+    cluster.restart_scheduler()
+    real["stack"].destroy(on_output=lambda _: None)
+
+    def stack_pods() -> list[str]:
+        pods = json.loads(cluster.kubectl("get", "pods", "-A", "-l", "app.kubernetes.io/managed-by=pulumi",
+                                          "-o", "json").stdout)["items"]
+        return [p["metadata"]["name"] for p in pods]
+
+    wait_until(lambda: stack_pods() == [], 120, "no pod of the stack left", diagnose=lambda: str(stack_pods()))
+    allocatable = node_object(cluster, NODE)["status"].get("allocatable") or {}
+    assert allocatable.get(GCUSHARE_RESOURCE, "0") == "0", allocatable
