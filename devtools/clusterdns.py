@@ -204,7 +204,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         nodes = [RealNode.from_state_dir(d) for d in a.state_dir]
         done = up(a.kubeconfig, nodes, replicas=a.replicas)
-    except (ClusterDnsError, RealNodeError) as e:
+    except (ClusterDnsError, RealNodeError, OSError, ValueError, KeyError) as e:
         print(f"cluster DNS: {e}", file=sys.stderr)
         return 1
     print(f"cluster DNS: CoreDNS {version()} ({done['replicas']} replica(s)) answers on {CLUSTER_DNS_IP} "

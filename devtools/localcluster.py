@@ -912,7 +912,7 @@ def _cli_nodes(n: int, k: int, gcu_labels: Sequence[str], gcu_capacity: int = 0)
 def _scheduler_command(cluster: LocalCluster, config: Optional[str], on_real_node: Optional[str]) -> int:
     import yaml
 
-    from devtools.realnode import RealNode, netns_name
+    from devtools.realnode import RealNode, RealNodeError, netns_name
 
     document = None
     if config:
@@ -926,8 +926,16 @@ def _scheduler_command(cluster: LocalCluster, config: Optional[str], on_real_nod
             return 2
     netns, address = None, "127.0.0.1"
     if on_real_node:
-        node = RealNode.from_state_dir(on_real_node)
-        netns, address = netns_name(node.name), node.node_ip
+        try:
+            node = RealNode.from_state_dir(on_real_node)
+            netns, address = netns_name(node.name), node.node_ip
+        except (OSError, ValueError, KeyError, RealNodeError) as e:
+            print(f"--on-real-node {on_real_node}: no real node's state there ({e})", file=sys.stderr)
+            return 2
+        if not Path(f"/run/netns/{netns}").exists():
+            print(f"--on-real-node {on_real_node}: real node {node.name} is not running (no network namespace {netns}); "
+                  "start it first (scripts/gcu-stack up --real-nodes N)", file=sys.stderr)
+            return 2
     path = cluster.restart_scheduler(document, netns=netns, address=address)
     where = f"on real node {netns} ({address})" if netns else "on this machine's loopback"
     if document is None:
