@@ -12,49 +12,27 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-from pathlib import Path
 
 import pytest
 import yaml
-from engine import destroy, local_servers, outputs, prepare_stack, set_json_config
 from engine import node as node_object
+from engine import outputs, real_node_stack
 from realnode_fixtures import apply, get, shell_pod, wait_pod_phase, wait_until
 
 from components.names import GCUSHARE_RESOURCE
 from devtools import fakeextender, standin_node
-from devtools.realnode import RealNode, netns_name
+from devtools.realnode import netns_name
 
 NODE = f"gcu-share-{os.getpid()}"
 LABELS = {"feature.node.kubernetes.io/pci-1e36.present": "true", "enflame.com/gcu.driver.present": "true",
           "enflame.com/gcu.count": "4"}
-HOST_RUNTIME_DIR = Path("/usr/local/enflame")  # the toolkit installs the runtime on the host there
 
 
 @pytest.fixture(scope="module")
 def real(real_node_machine, tmp_path_factory):
-    root = tmp_path_factory.mktemp("engine-gcushare")
-    had_runtime_dir = HOST_RUNTIME_DIR.exists()
-    with local_servers(root, [("cpu-node-1", {})]) as (cluster, dockerd):
-        node = RealNode.for_cluster(cluster, root / "node", NODE, labels=LABELS, fake_gcus=4)
-        try:
-            refs = standin_node.build_images(dockerd, root / "build")
-            node.start()
-            for ref in refs:
-                node.import_image(dockerd, ref)
-            stack, _ = prepare_stack(root, cluster, dockerd, name="gcushare")
-            stack.remove_config("gcu-stack:blueprint")
-            stack.remove_config("gcu-stack:dockerRuntime")
-            set_json_config(stack, "spec", standin_node.blueprint(gcushare=True)["spec"])
-            set_json_config(stack, "containerd", standin_node.containerd_settings())
-            yield {"cluster": cluster, "node": node, "stack": stack}
-            destroy(stack)
-        finally:
-            cluster.restart_scheduler()   # off the node's network before the node goes
-            left = node.stop()
-            if not had_runtime_dir:
-                shutil.rmtree(HOST_RUNTIME_DIR, ignore_errors=True)
-            assert left == [] and not any(node.leftovers().values()), (left, node.leftovers())
+    spec = standin_node.blueprint(gcushare=True)["spec"]
+    with real_node_stack(tmp_path_factory.mktemp("engine-gcushare"), NODE, LABELS, spec, name="gcushare") as (cluster, node, stack):
+        yield {"cluster": cluster, "node": node, "stack": stack}
 
 
 def _share_pod(name: str, shares: int) -> dict:

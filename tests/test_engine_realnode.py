@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
-from engine import changes, destroy, local_servers, outputs, prepare_stack, set_json_config
+from engine import changes, outputs, real_node_stack
 from engine import node as node_object
 from pulumi import automation as auto
 from realnode_fixtures import apply, shell_pod, wait_pod_phase, wait_until
@@ -29,7 +28,6 @@ from devtools.realnode import RealNode
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 NODE = f"gcu-real-{os.getpid()}"
-HOST_RUNTIME_DIR = Path("/usr/local/enflame")  # the toolkit installs the runtime on the host there
 
 
 class Env:
@@ -49,30 +47,12 @@ class Env:
 @pytest.fixture(scope="module")
 def real(real_node_machine, tmp_path_factory):
     root = tmp_path_factory.mktemp("engine-realnode")
-    had_runtime_dir = HOST_RUNTIME_DIR.exists()
-    with local_servers(root, [("cpu-node-1", {})]) as (cluster, dockerd):
-        # The stand-in GCUs play a node with its driver installed (what NFD labels when the module is loaded).
-        node = RealNode.for_cluster(cluster, root / "node", NODE, labels={NFD: "true", "enflame.com/gcu.driver.present": "true"}, fake_gcus=4)
-        try:
-            refs = standin_node.build_images(dockerd, root / "build")
-            node.start()
-            for ref in refs:
-                node.import_image(dockerd, ref)
-            stack, _ = prepare_stack(root, cluster, dockerd, name="realnode")
-            stack.remove_config("gcu-stack:blueprint")
-            stack.remove_config("gcu-stack:dockerRuntime")
-            set_json_config(stack, "spec", standin_node.blueprint()["spec"])
-            set_json_config(stack, "containerd", standin_node.containerd_settings())
-            env = Env(cluster, node, stack, root)
-            env.config_before = node.containerd_config.read_bytes()
-            yield env
-            destroy(stack)
-        finally:
-            # Neither the node nor the runtime the toolkit installed outlives the test; the servers stop after it.
-            left = node.stop()
-            if not had_runtime_dir:
-                shutil.rmtree(HOST_RUNTIME_DIR, ignore_errors=True)
-            assert left == [] and not any(node.leftovers().values()), (left, node.leftovers())
+    # The stand-in GCUs play a node with its driver installed (what NFD labels when the module is loaded).
+    labels = {NFD: "true", "enflame.com/gcu.driver.present": "true"}
+    with real_node_stack(root, NODE, labels, standin_node.blueprint()["spec"], name="realnode") as (cluster, node, stack):
+        env = Env(cluster, node, stack, root)
+        env.config_before = node.containerd_config.read_bytes()
+        yield env
 
 
 def test_1_up_brings_the_seed_up_on_the_real_node_and_gcus_become_allocatable(real):
