@@ -483,12 +483,7 @@ class LocalCluster(StartStop):
             "--concurrent-gc-syncs", "40",
             "--profiling=false",
         ] + self.extra_controller_manager_args)
-        self._launch("kube-scheduler", tc.kube_scheduler, [
-            "--kubeconfig", self.workdir / "scheduler.kubeconfig",
-            "--leader-elect=false",
-            "--kube-api-qps", "200", "--kube-api-burst", "400",
-            *self._scheduler_serving(),
-        ])
+        self._launch("kube-scheduler", tc.kube_scheduler, self._scheduler_flags() + self._scheduler_serving())
         self._launch("kwok", tc.kwok, [
             "--kubeconfig", self.workdir / "kwok.kubeconfig",
             "--config", tc.kwok_config,
@@ -543,6 +538,11 @@ class LocalCluster(StartStop):
         c.pid = c.proc.pid
         self.components[name] = c
 
+    def _scheduler_flags(self) -> list:
+        """How start() runs kube-scheduler (restart_scheduler without a configuration runs it so again)."""
+        return ["--kubeconfig", self.workdir / "scheduler.kubeconfig", "--leader-elect=false",
+                "--kube-api-qps", "200", "--kube-api-burst", "400"]
+
     def _scheduler_serving(self) -> list:
         return ["--secure-port", self.ports["scheduler"], "--bind-address", self.scheduler_address,
                 "--cert-dir", self.workdir / "pki" / "kube-scheduler", "--profiling=false",
@@ -563,8 +563,7 @@ class LocalCluster(StartStop):
         path = self.workdir / "scheduler-config.json"
         if configuration is None:
             path.unlink(missing_ok=True)
-            args: list = ["--kubeconfig", self.workdir / "scheduler.kubeconfig", "--leader-elect=false",
-                          "--kube-api-qps", "200", "--kube-api-burst", "400"]
+            args = self._scheduler_flags()
         else:
             document = dict(configuration)
             document["clientConnection"] = {**(document.get("clientConnection") or {}),

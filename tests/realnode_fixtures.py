@@ -50,6 +50,20 @@ def get(cluster, kind: str, name: str, namespace: Optional[str] = None) -> Optio
     return json.loads(r.stdout) if r.returncode == 0 else None
 
 
+def failed_scheduling(cluster, name: str, namespace: str = "default") -> Optional[str]:
+    """The messages of the scheduler's FailedScheduling events for a pod, joined; None while there is none."""
+    events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "--field-selector",
+                                        f"involvedObject.name={name},reason=FailedScheduling", "-o", "json").stdout)
+    return " ".join(e.get("message", "") for e in events["items"]) or None
+
+
+def component_pod(cluster, key: str) -> dict:
+    """The first pod of a stack component (its app.kubernetes.io/component label), in any namespace; {} if none."""
+    pods = json.loads(cluster.kubectl("get", "pods", "-A", "-l", f"app.kubernetes.io/component={key}",
+                                      "-o", "json").stdout)["items"]
+    return pods[0] if pods else {}
+
+
 def diagnose_pod(cluster, node, namespace: str, name: str) -> Callable[[], str]:
     def run() -> str:
         pod = get(cluster, "pod", name, namespace) or {}

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from engine import node as node_object
 from engine import outputs, real_node_stack
-from realnode_fixtures import apply, get, shell_pod, wait_pod_phase, wait_until
+from realnode_fixtures import apply, component_pod, failed_scheduling, get, shell_pod, wait_pod_phase, wait_until
 
 from components.names import GCUSHARE_RESOURCE
 from devtools import fakeextender, standin_node
@@ -61,19 +61,13 @@ def test_2_the_exported_configuration_makes_the_scheduler_bind_through_the_exten
     pod = wait_pod_phase(cluster, node, "default", "share-job", phases=("Running",))
     assert pod["spec"]["nodeName"] == NODE
     assert pod["metadata"]["annotations"][fakeextender.BOUND_BY_ANNOTATION].endswith(f" -> {NODE}")
-    extender_pod = json.loads(cluster.kubectl("get", "pods", "-n", "kube-system", "-l",
-                                              "app.kubernetes.io/component=gcushareScheduler", "-o", "json").stdout)["items"][0]
+    extender_pod = component_pod(cluster, "gcushareScheduler")
     log = node.pod_log("kube-system", extender_pod["metadata"]["name"])
     assert f"bind default/share-job -> {NODE}: bound, 10 {GCUSHARE_RESOURCE} on GCU 0" in log, log
 
     apply(cluster, _share_pod("too-big", 20))   # 54 free on the node, at most 16 on one GCU
-
-    def reason():
-        events = json.loads(cluster.kubectl("get", "events", "-n", "default", "--field-selector",
-                                            "involvedObject.name=too-big,reason=FailedScheduling", "-o", "json").stdout)
-        return " ".join(e.get("message", "") for e in events["items"]) or None
-
-    assert f"gcushare: asks 20 {GCUSHARE_RESOURCE} on one GCU" in wait_until(reason, 60, "too-big's FailedScheduling")
+    assert f"gcushare: asks 20 {GCUSHARE_RESOURCE} on one GCU" in wait_until(
+        lambda: failed_scheduling(cluster, "too-big"), 60, "too-big's FailedScheduling")
     assert not get(cluster, "pod", "too-big", "default")["spec"].get("nodeName")
     cluster.kubectl("delete", "pod", "share-job", "too-big", "--wait=true", timeout=120)
 

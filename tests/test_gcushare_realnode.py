@@ -19,7 +19,7 @@ import time
 
 import pytest
 import yaml
-from realnode_fixtures import apply, get, shell_pod, wait_pod_phase, wait_until
+from realnode_fixtures import apply, component_pod, failed_scheduling, get, shell_pod, wait_pod_phase, wait_until
 
 from components import catalog
 from components.catalog.gcushare_scheduler import SchedulerSettings, scheduler_configuration
@@ -85,12 +85,6 @@ def _objects(key: str, image: str) -> list[dict]:
     return component_manifests(resolve(definition, spec, f"spec.{key}"), INSTANCE)
 
 
-def _extender_pod(cluster) -> dict:
-    pods = json.loads(cluster.kubectl("get", "pods", "-A", "-l", "app.kubernetes.io/component=gcushareScheduler",
-                                      "-o", "json").stdout)["items"]
-    return pods[0] if pods else {}
-
-
 @pytest.fixture(scope="module")
 def gcushare(cluster, node, images):
     """Both components running, the node's shares allocatable, and kube-scheduler on the exported configuration."""
@@ -101,7 +95,7 @@ def gcushare(cluster, node, images):
     shares = GCUS * GIB_PER_GCU
     wait_until(lambda: int((node.allocatable() or {}).get(GCUSHARE_RESOURCE, "0")) == shares, 180,
                f"{GCUSHARE_RESOURCE}: {shares} in {NODE}'s allocatable")
-    wait_until(lambda: any(c.get("ready") for c in (_extender_pod(cluster).get("status") or {}).get("containerStatuses") or []),
+    wait_until(lambda: any(c.get("ready") for c in (component_pod(cluster, "gcushareScheduler").get("status") or {}).get("containerStatuses") or []),
                180, "the extender's pod ready")
     TIMES["components applied -> shares allocatable, extender ready"] = time.monotonic() - started
     exported = yaml.safe_load(scheduler_configuration(SchedulerSettings().node_port))
@@ -121,7 +115,7 @@ def _share_pod(name: str, image: str, shares: int) -> dict:
 
 
 def _extender_log(cluster, node) -> str:
-    pod = _extender_pod(cluster)
+    pod = component_pod(cluster, "gcushareScheduler")
     return node.pod_log(pod["metadata"]["namespace"], pod["metadata"]["name"])
 
 
@@ -164,13 +158,7 @@ def test_pods_asking_for_gcu_memory_are_filtered_and_bound_by_the_extender(clust
 def test_a_pod_that_fits_on_no_single_gcu_stays_pending_with_the_extenders_reason(cluster, node, gcushare):
     # 44 of 64 shares are free on the node, so the scheduler's own check passes, but no GCU has 20.
     apply(cluster, _share_pod("too-big", node.sandbox_image, 20))
-
-    def reason():
-        events = json.loads(cluster.kubectl("get", "events", "-n", "default", "--field-selector",
-                                            "involvedObject.name=too-big,reason=FailedScheduling", "-o", "json").stdout)
-        return " ".join(e.get("message", "") for e in events["items"]) or None
-
-    message = wait_until(reason, 60, "a FailedScheduling event for too-big")
+    message = wait_until(lambda: failed_scheduling(cluster, "too-big"), 60, "a FailedScheduling event for too-big")
     assert f"gcushare: asks 20 {GCUSHARE_RESOURCE} on one GCU, the most {NODE} has free is 16 of 16" in message, message
     pod = get(cluster, "pod", "too-big", "default")
     assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
