@@ -84,6 +84,12 @@ def _security_context(container: ContainerDef) -> dict:
     return context
 
 
+def _resources(container: ContainerDef) -> dict:
+    r = container.resources
+    return {"requests": {"cpu": r.cpu_request, "memory": r.memory_request},
+            "limits": {"cpu": r.cpu_limit, "memory": r.memory_limit}}
+
+
 def _container(resolved: ResolvedContainer, additions: PodAdditions) -> dict:
     spec = resolved.definition
     env = [{"name": name, "value": value} for name, value in resolved.env]
@@ -100,15 +106,14 @@ def _container(resolved: ResolvedContainer, additions: PodAdditions) -> dict:
         mounts.append({"name": "config", "mountPath": spec.config_mount, "readOnly": True})
     if spec.claim_mount:
         mounts.append({"name": "data", "mountPath": spec.claim_mount})
+    if spec.scratch_mount:
+        mounts.append({"name": _scratch_volume(spec), "mountPath": spec.scratch_mount})
     body = {
         "name": spec.name,
         "image": resolved.image,
         "imagePullPolicy": resolved.pull_policy,
         "env": env,
-        "resources": {
-            "requests": {"cpu": spec.resources.cpu_request, "memory": spec.resources.memory_request},
-            "limits": {"cpu": spec.resources.cpu_limit, "memory": spec.resources.memory_limit},
-        },
+        "resources": _resources(spec),
         "securityContext": _security_context(spec),
     }
     if spec.command:
@@ -138,6 +143,8 @@ def _volumes(component: ResolvedComponent, workload: ResolvedWorkload, additions
             volumes.setdefault("config", {"name": "config", "configMap": {"name": config_map_name(component)}})
         if spec.claim_mount:
             volumes.setdefault("data", {"name": "data", "persistentVolumeClaim": {"claimName": additions.claim_name}})
+        if spec.scratch_mount:
+            volumes.setdefault(_scratch_volume(spec), {"name": _scratch_volume(spec), "emptyDir": {}})
     return list(volumes.values())
 
 
@@ -168,10 +175,42 @@ def _node_affinity(component: ResolvedComponent, workload: ResolvedWorkload, add
     }
 
 
+def _scratch_volume(container: ContainerDef) -> str:
+    return f"{container.name}-scratch"
+
+
+def _claim_owner(resolved: ResolvedContainer) -> dict:
+    """An init container that hands a restricted container's claim to its user: the stack's volume is a hostPath,
+    whose directory the kubelet creates root-owned and fsGroup never reaches (data an older install left, owned by
+    another user, is handed over too). Root with only the capabilities chown needs; Pod Security "baseline"."""
+    spec = resolved.definition
+    path = spec.claim_mount
+    return {
+        "name": f"{spec.name}-claim-owner",
+        "image": resolved.image,
+        "imagePullPolicy": resolved.pull_policy,
+        "command": ["sh", "-c", f'[ "$(stat -c %u:%g {path})" = {RESTRICTED_UID}:{RESTRICTED_UID} ] || '
+                                f"chown -R {RESTRICTED_UID}:{RESTRICTED_UID} {path}"],
+        "resources": _resources(spec),
+        "securityContext": {"runAsUser": 0, "runAsNonRoot": False, "privileged": False,
+                            "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"]}},
+        "volumeMounts": [{"name": "data", "mountPath": path}],
+    }
+
+
+def owns_its_claim(container: ContainerDef) -> bool:
+    """A restricted container with a claim: an init container (root) hands the claim's directory to it."""
+    return container.restricted and container.claim_mount is not None
+
+
 def pod_template(component: ResolvedComponent, workload: ResolvedWorkload, instance: str, additions: PodAdditions) -> dict:
     definition = component.definition
     containers = [_container(c, additions) for c in workload.containers]
     spec: dict = {"containers": containers}
+    init = [_claim_owner(c) for c in workload.containers if owns_its_claim(c.definition)]
+    if init:
+        spec["initContainers"] = init
     if workload.definition.kind == "DaemonSet":  # node agents
         spec["priorityClassName"] = NODE_CRITICAL
         spec["tolerations"] = [dict(t) for t in TOLERATIONS]

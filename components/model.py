@@ -59,6 +59,8 @@ class ContainerDef:
     secret_env: tuple[tuple[str, str], ...] = ()
     # Mount path of the component's PersistentVolumeClaim.
     claim_mount: Optional[str] = None
+    # A directory the program writes to, as an emptyDir: the image's own directory there belongs to its own user.
+    scratch_mount: Optional[str] = None
     # Meets Pod Security "restricted": non-root, default seccomp profile.
     restricted: bool = False
 

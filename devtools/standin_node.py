@@ -3,7 +3,8 @@
 `build_images` builds every image the seed runs from images/ (the toolkit's runtime is runc under the
 enflame name, so pods keep starting once it is the default; the device plugin is the stand-in plugin of
 devtools/fakegcu, which the GCU-share plugin's image runs too; the GCU-share extender is devtools/fakeextender;
-exporter and GFD are stand-in programs; NFD's stand-in comes from a two-line Dockerfile), tagged
+exporter and GFD are stand-in programs; NFD's stand-in comes from a two-line Dockerfile; Nightingale's six parts
+are devtools/fakenightingale), tagged
 `REPOSITORY/<image>:TAG`. `blueprint` is the seed blueprint pointed at them (imagePullPolicy Never; `--gcushare`:
 GCU-share instead of the device plugin),
 and `containerd_settings` the `gcu-stack:containerd` a devtools.realnode node needs (no systemd there: stopping
@@ -12,7 +13,8 @@ containerd from the pod restarts it under the node's restart loop).
 CLI (for scripts/gcu-stack --real-nodes)::
 
     python -m devtools.standin_node build --docker-state-dir DIR --workdir DIR   # prints the refs, one a line
-    python -m devtools.standin_node blueprint [--gcushare] > gr.json
+    python -m devtools.standin_node blueprint [--gcushare] [--nightingale] [--nightingale-node NODE]
+                                              [--nightingale-volume PATH] > gr.json
     python -m devtools.standin_node containerd                                  # the gcu-stack:containerd value
     python -m devtools.standin_node policy-config                               # the pack's config for the stack
 """
@@ -24,9 +26,9 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-from devtools import fakeextender, fakegcu, gobuild, imagebuild
+from devtools import fakeextender, fakegcu, fakenightingale, gobuild, imagebuild
 from devtools.realnode import RealNode
 from devtools.rootfs import import_base_image, rootfs_tarball
 
@@ -62,12 +64,16 @@ def build_images(dockerd: Any, workdir: Path) -> list[str]:
         "chmod 755 /usr/local/bin/$p; done\n"
     )
     dockerd.docker("build", "-t", NFD_IMAGE, str(nfd))
-    return [*refs, NFD_IMAGE]
+    nightingale = fakenightingale.build_images(dockerd, workdir, base, REPOSITORY, TAG)
+    return [*refs, NFD_IMAGE, *nightingale]
 
 
-def blueprint(gcushare: bool = False) -> dict:
+def blueprint(gcushare: bool = False, nightingale: bool = False, nightingale_node: Optional[str] = None,
+              nightingale_volume: Optional[str] = None) -> dict:
     """The seed blueprint, running the stand-in images; with `gcushare`, GCU-share instead of the device plugin
-    (as the seed tells operators: the two cannot run side by side)."""
+    (as the seed tells operators: the two cannot run side by side); with `nightingale`, Nightingale deployed (the
+    seed leaves it out). `nightingale_node` pins Nightingale to one node and `nightingale_volume` puts its database's
+    volume at that path there: a hostPath volume is one node's directory."""
     seed = json.loads((Path(__file__).resolve().parent.parent / "blueprints" / "gcu-resource.json").read_text())
     pinned = {"repository": REPOSITORY, "version": TAG, "imagePullPolicy": "Never"}
     spec = seed["spec"]
@@ -78,6 +84,11 @@ def blueprint(gcushare: bool = False) -> dict:
         spec["devicePlugin"]["notDeploy"] = True
         for key in GCUSHARE_KEYS:
             spec[key]["notDeploy"] = False
+    spec["nightingale"] = {**spec["nightingale"], **pinned, "notDeploy": not nightingale}
+    if nightingale_node:
+        spec["nightingale"]["nodeSelector"] = {"kubernetes.io/hostname": nightingale_node}
+    if nightingale_volume:
+        spec["nightingale"]["mysql-pv"] = {"name": "mysql-pv", "hostpath": nightingale_volume}
     return seed
 
 
@@ -104,8 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build")
     build.add_argument("--docker-state-dir", required=True, help="the state dir of `python -m devtools.dockerd up`")
     build.add_argument("--workdir", required=True)
-    sub.add_parser("blueprint").add_argument("--gcushare", action="store_true",
-                                             help="GCU-share (plugin + scheduler extender) instead of the device plugin")
+    bp = sub.add_parser("blueprint")
+    bp.add_argument("--gcushare", action="store_true",
+                    help="GCU-share (plugin + scheduler extender) instead of the device plugin")
+    bp.add_argument("--nightingale", action="store_true", help="deploy Nightingale (the seed does not)")
+    bp.add_argument("--nightingale-node", help="the node Nightingale runs on (its database volume is there)")
+    bp.add_argument("--nightingale-volume", help="the host path of Nightingale's database volume on that node")
     sub.add_parser("containerd")
     sub.add_parser("policy-config")
     args = parser.parse_args(argv)
@@ -115,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         refs = build_images(Dockerd.from_state_dir(args.docker_state_dir), Path(args.workdir))
         print("\n".join(refs))
     elif args.cmd == "blueprint":
-        print(json.dumps(blueprint(args.gcushare), indent=2))
+        print(json.dumps(blueprint(args.gcushare, args.nightingale, args.nightingale_node, args.nightingale_volume),
+                         indent=2))
     elif args.cmd == "containerd":
         print(json.dumps(containerd_settings()))
     else:

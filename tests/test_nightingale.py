@@ -17,7 +17,8 @@ def test_nightingale_objects_have_the_seed_names(full):
     assert full.one("PersistentVolume", "mysql-pv")
     assert full.one("PersistentVolumeClaim", "mysql-pvc").inputs["spec"]["volumeName"] == "mysql-pv"
     namespace = full.one("Namespace", "enflame")
-    assert namespace.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    # mysql's claim is handed to its non-root user by a root init container: "baseline" (see the test below).
+    assert namespace.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
     status = next(s for s in full.outputs["resourceStatuses"] if s["name"] == "nightingale")
     assert status["namespace"] == "enflame"
     owned = {(o["kind"], o["name"]) for o in status["ownResources"]}
@@ -29,6 +30,23 @@ def test_nightingale_web_ui_node_port_is_configurable():
     service = normalise(run.one("Service", "nwebapi").inputs)
     assert service["spec"]["type"] == "NodePort" and service["spec"]["ports"][0]["nodePort"] == 31080
     assert normalise(run.one("Service", "mysql").inputs)["spec"]["type"] == "ClusterIP"
+
+
+def test_the_database_volume_is_handed_to_its_user_and_prometheus_writes_to_an_empty_dir(full):
+    # The PV is a hostPath: the kubelet creates its directory root-owned and fsGroup never reaches it.
+    mysql = pod_spec(full.one("Deployment", "mysql"))
+    (owner,) = mysql["initContainers"]
+    assert owner["image"] == mysql["containers"][0]["image"]
+    assert owner["volumeMounts"] == [{"name": "data", "mountPath": "/var/lib/mysql"}]
+    assert "chown -R 1000:1000 /var/lib/mysql" in owner["command"][-1]
+    assert owner["securityContext"]["runAsUser"] == 0
+    assert owner["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"]}
+    assert mysql["containers"][0]["securityContext"]["runAsNonRoot"] is True
+    prometheus = pod_spec(full.one("Deployment", "prometheus"))
+    assert {"name": "prometheus-scratch", "emptyDir": {}} in prometheus["volumes"]
+    assert {"name": "prometheus-scratch", "mountPath": "/prometheus"} in prometheus["containers"][0]["volumeMounts"]
+    for name in ("agentd", "redis", "nserver", "nwebapi", "prometheus"):
+        assert "initContainers" not in pod_spec(full.one("Deployment", name))
 
 
 def test_prometheus_scrapes_the_gcu_exporter(full):

@@ -316,6 +316,19 @@ def test_namespace_without_host_access_must_be_restricted():
         one(found, "pod-security.kubernetes.io/enforce=restricted")
 
 
+def test_namespace_baseline_where_a_container_runs_as_root_or_adds_capabilities():
+    owner = {**container(name="db-claim-owner"), "securityContext": {
+        "runAsUser": 0, "runAsNonRoot": False, "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}}}
+    db = stack_resource(workload("Deployment", "nightingale", namespace="gcu-web", initContainers=[owner]))
+    assert check_stack("namespace-pod-security", [stack_resource(namespace("gcu-web", "baseline")), db]) == []
+    found = check_stack("namespace-pod-security", [stack_resource(namespace("gcu-web", "restricted")), db])
+    one(found, "Namespace gcu-web", "enforce=baseline", "initContainers db-claim-owner runs as root",
+        "initContainers db-claim-owner adds CHOWN")
+    binds = {**container(), "securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE"]}}}
+    web = stack_resource(workload("Deployment", "nightingale", [binds], namespace="gcu-web"))
+    assert check_stack("namespace-pod-security", [stack_resource(namespace("gcu-web", "restricted")), web]) == []
+
+
 def test_namespace_config_exempts_and_sets_levels():
     privileged_pod = stack_resource(workload(component="toolkit", namespace="kube-system", containers=[privileged()]))
     assert check_stack("namespace-pod-security", [stack_resource(namespace("kube-system")), privileged_pod]) == []

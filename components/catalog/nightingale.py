@@ -177,6 +177,7 @@ NIGHTINGALE = ComponentDef(
             args=("--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"),
             readiness=http_ready("/-/ready", 9090),
             config_mount="/etc/prometheus",
+            scratch_mount="/prometheus",   # --storage.tsdb.path
             resources=Resources("100m", "256Mi", "1", "1Gi"),
         ),
         part(

@@ -142,11 +142,16 @@ def node_port(port: Optional[NodePort], settings: Any) -> Optional[int]:
 
 
 def pod_security_level(component: ResolvedComponent) -> str:
-    """The Pod Security level a component's pods need: host access needs "privileged"."""
+    """The Pod Security level a component's pods need: host access needs "privileged", handing a claim to a
+    restricted container (a root init container) "baseline"."""
     host_access = any(w.definition.host_pid for w in component.workloads) or any(
         c.definition.privileged or c.definition.mounts for c in component.containers
     )
-    return "privileged" if host_access else component.definition.pod_security or "restricted"
+    if host_access:
+        return "privileged"
+    if any(manifests.owns_its_claim(c.definition) for c in component.containers):
+        return max(component.definition.pod_security or "restricted", "baseline", key=POD_SECURITY_ORDER.index)
+    return component.definition.pod_security or "restricted"
 
 
 def namespace_levels(deployed: Iterable[ResolvedComponent]) -> dict[str, str]:

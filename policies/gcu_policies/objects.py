@@ -181,6 +181,18 @@ class Pod:
         found += [field for field in ("hostPID", "hostIPC", "hostNetwork") if get(self.spec, field) is True]
         return found
 
+    def beyond_restricted(self) -> list[str]:
+        """What this pod asks for that the baseline level allows and the restricted one refuses: a container that
+        runs as root (runAsUser 0 or runAsNonRoot false) or adds capabilities other than NET_BIND_SERVICE."""
+        found = []
+        for label, container in self.containers():
+            if get(container, "securityContext", "runAsUser") == 0 or get(container, "securityContext", "runAsNonRoot") is False:
+                found.append(f"{label} runs as root")
+            added = [c for c in items(get(container, "securityContext", "capabilities", "add")) if c != "NET_BIND_SERVICE"]
+            if added:
+                found.append(f"{label} adds {', '.join(map(str, added))}")
+        return found
+
 
 def pod_of(resource_type: str, props: Any) -> Optional[Pod]:
     """The pod of a Pod/DaemonSet/Deployment/StatefulSet/ReplicaSet/Job/CronJob; None for other objects."""

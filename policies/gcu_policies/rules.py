@@ -464,9 +464,12 @@ def namespace_pod_security(args: StackValidationArgs, report: ReportViolation) -
     exempt = setting(args, "exemptNamespaces", DEFAULT_EXEMPT_NAMESPACES)
     levels = dict(entries(setting(args, "namespaceLevels", DEFAULT_NAMESPACE_LEVELS)))
     host_access: dict[str, list[str]] = {}
+    root_or_capabilities: dict[str, list[str]] = {}
     for _, pod in pods(args.resources):
         if pod.host_access():
             host_access.setdefault(pod.namespace, []).append(pod.where)
+        elif pod.beyond_restricted():
+            root_or_capabilities.setdefault(pod.namespace, []).append(f"{pod.where}: {'; '.join(pod.beyond_restricted())}")
     for resource in args.resources:
         name = get(resource.props, "metadata", "name")
         if kind_of(resource.resource_type) != "Namespace" or not isinstance(name, str) or name in exempt:
@@ -477,6 +480,9 @@ def namespace_pod_security(args: StackValidationArgs, report: ReportViolation) -
         if name in host_access:
             wanted = "privileged"
             why = f"it runs pods that need host access ({', '.join(host_access[name])})"
+        elif name in root_or_capabilities and levels.get(name, "restricted") == "restricted":
+            wanted = "baseline"
+            why = f"it runs pods the restricted level refuses ({', '.join(root_or_capabilities[name])})"
         else:
             wanted = levels.get(name, "restricted")
             why = "it runs no pod that needs host access"
