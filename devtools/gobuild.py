@@ -13,6 +13,7 @@ import fcntl
 import gzip
 import hashlib
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -99,6 +100,18 @@ def go_test(source_dir: Path, go: Optional[str] = None, timeout: float = 900) ->
         raise BuildFailed(f"go test in {source_dir} failed (exit {result.returncode}):\n"
                           f"{(result.stdout + result.stderr)[-6000:]}")
     return result.stdout
+
+
+def module_dir(module: str, version: str, go: Optional[str] = None, timeout: float = 900) -> Path:
+    """The files of Go module `module@version` (downloaded into the shared module cache on first use): upstream
+    files a test reads as they were published, e.g. a CRD."""
+    go = go or find_go()
+    result = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], cwd=CACHE_DIR, env=go_env(go),
+                            capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise BuildFailed(f"go mod download {module}@{version} failed (exit {result.returncode}):\n"
+                          f"{(result.stdout + result.stderr)[-3000:]}")
+    return Path(json.loads(result.stdout)["Dir"])
 
 
 def write_package(path: Path, program: Path, name: str) -> Path:

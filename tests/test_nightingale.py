@@ -6,6 +6,8 @@ import yaml
 from harness import PASSWORD, fails, full_spec, pod_spec, run_full
 from k8s_schema import normalise, validate_all
 
+from devtools import promconfig
+
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 
 
@@ -54,6 +56,19 @@ def test_prometheus_scrapes_the_gcu_exporter(full):
     targets = [t for job in config["scrape_configs"] for c in job["static_configs"] for t in c["targets"]]
     assert "enflame-gcu-exporter.kube-system.svc:9400" in targets
     assert "/etc/prometheus" in [m["mountPath"] for m in pod_spec(full.one("Deployment", "prometheus"))["containers"][0]["volumeMounts"]]
+
+
+def test_prometheus_loads_the_rendered_configuration(full, tmp_path):
+    """Read by Prometheus' own loader (devtools/promconfig), as `prometheus --config.file` reads it."""
+    rendered = full.one("ConfigMap", "nightingale-config").inputs["data"]["prometheus.yml"]
+    (tmp_path / "prometheus.yml").write_text(rendered)
+    loaded = promconfig.check(tmp_path / "prometheus.yml")
+    assert loaded.returncode == 0, loaded.stdout + loaded.stderr
+    assert "gcu-exporter=/metrics" in loaded.stdout and "prometheus=/metrics" in loaded.stdout, loaded.stdout
+    # The same loader refuses what Prometheus would.
+    (tmp_path / "bad.yml").write_text(rendered.replace("scrape_interval: 30s", "scrape_interval: 30 seconds"))
+    refused = promconfig.check(tmp_path / "bad.yml")
+    assert refused.returncode == 1 and "30 seconds" in refused.stdout, refused.stdout
 
 
 def test_nightingale_waits_for_the_exporter(full):

@@ -485,11 +485,16 @@ func runNserver() error {
 	if err != nil {
 		return err
 	}
+	return serveConnected(b, ":19000", nserverHandler(b, &Agents{seen: map[string]string{}}))
+}
+
+// serveConnected serves on addr once the database and Redis answer, as the server and the web API do.
+func serveConnected(b *backends, addr string, handler http.Handler) error {
 	if err := b.connect(); err != nil {
 		return err
 	}
-	log.Printf("listening on :19000")
-	return http.ListenAndServe(":19000", nserverHandler(b, &Agents{seen: map[string]string{}}))
+	log.Printf("listening on %s", addr)
+	return http.ListenAndServe(addr, handler)
 }
 
 func getJSON(url string, into any) error {
@@ -554,11 +559,7 @@ func runNwebapi() error {
 	if err != nil {
 		return err
 	}
-	if err := b.connect(); err != nil {
-		return err
-	}
-	log.Printf("listening on :18000")
-	return http.ListenAndServe(":18000", webapiHandler(b, strings.TrimRight(prometheusURL, "/"), nserverAddr))
+	return serveConnected(b, ":18000", webapiHandler(b, strings.TrimRight(prometheusURL, "/"), nserverAddr))
 }
 
 // ---------------------------------------------------------------------------------------------------- agentd
