@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from typing import Any, Optional
 
 from .model import ContainerDef, PodAdditions, RbacDef, ResolvedComponent, ResolvedContainer, ResolvedWorkload
@@ -184,7 +185,7 @@ def _claim_owner(resolved: ResolvedContainer) -> dict:
     whose directory the kubelet creates root-owned and fsGroup never reaches (data an older install left, owned by
     another user, is handed over too). Root with only the capabilities chown needs; Pod Security "baseline"."""
     spec = resolved.definition
-    path = spec.claim_mount
+    path = shlex.quote(spec.claim_mount or "")
     return {
         "name": f"{spec.name}-claim-owner",
         "image": resolved.image,
@@ -195,7 +196,7 @@ def _claim_owner(resolved: ResolvedContainer) -> dict:
         "securityContext": {"runAsUser": 0, "runAsNonRoot": False, "privileged": False,
                             "allowPrivilegeEscalation": False,
                             "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"]}},
-        "volumeMounts": [{"name": "data", "mountPath": path}],
+        "volumeMounts": [{"name": "data", "mountPath": spec.claim_mount}],
     }
 
 

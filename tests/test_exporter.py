@@ -5,6 +5,7 @@ import json
 
 from harness import SEED_BLUEPRINT, run_program
 from k8s_schema import normalise, validate_all
+from realnode_fixtures import wait_until
 
 from devtools import gobuild
 from devtools.localcluster import LocalCluster
@@ -39,7 +40,10 @@ def test_prometheus_operators_crd_accepts_the_service_monitor(tmp_path):
     crd = gobuild.module_dir(OPERATOR_MODULE, OPERATOR_VERSION) / SERVICE_MONITOR_CRD
     with LocalCluster(tmp_path / "cluster", nodes=["node-1"], audit=False) as cluster:
         cluster.kubectl("apply", "--server-side", "-f", str(crd))
-        cluster.kubectl("wait", "--for=condition=Established", "crd/servicemonitors.monitoring.coreos.com", "--timeout=60s")
+        # (not `kubectl wait`: it fails at once while the new CRD has no status.conditions yet)
+        wait_until(lambda: any(c["type"] == "Established" and c["status"] == "True" for c in json.loads(
+            cluster.kubectl("get", "crd", "servicemonitors.monitoring.coreos.com", "-o", "json").stdout
+        ).get("status", {}).get("conditions") or []), 60, "the servicemonitors CRD Established")
 
         def apply(obj: dict):
             return cluster.kubectl("apply", "--server-side", "--dry-run=server", "--validate=strict", "-f", "-",

@@ -174,11 +174,12 @@ func mysqlReply(passwordHash string) func(remote string) func(line string) (stri
 // mysqlLogin logs in as root at addr and pings.
 func mysqlLogin(addr, password string) error {
 	replies, err := exchange(addr, "AUTH root "+password, "PING")
+	// A refused login is answered, then the connection closed: the answer is the error, not what PING met.
+	if len(replies) > 0 && replies[0] != "OK" {
+		return errors.New(replies[0])
+	}
 	if err != nil {
 		return err
-	}
-	if replies[0] != "OK" {
-		return errors.New(replies[0])
 	}
 	if replies[1] != "PONG" {
 		return errors.New(replies[1])
