@@ -1,9 +1,7 @@
 """Test setup: the project and tests/ on sys.path, the program runs most tests share, the real-node lock."""
 
-import fcntl
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -16,6 +14,7 @@ for path in (ROOT, ROOT / "tests"):
         sys.path.insert(0, str(path))
 
 from harness import SEED_BLUEPRINT, run_full, run_program  # noqa: E402
+from realnode_fixtures import real_node_machine_lock  # noqa: E402
 
 from devtools import SERVER_LOGS, log_tail  # noqa: E402
 
@@ -65,16 +64,9 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(scope="module")
 def real_node_machine():
-    """Held by a test module while it has real nodes: they take machine-wide things (/run/netns, the host's
-    /usr/local/enflame through the toolkit pod) and their tests compare the machine before and after, so
-    with parallel workers (scripts/test.sh) one module at a time has them."""
-    lock_path = Path(tempfile.gettempdir()) / "gcu-stack-real-nodes.lock"
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    """The whole module holds the machine's real-node lock (realnode_fixtures.real_node_machine_lock)."""
+    with real_node_machine_lock():
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -163,34 +163,39 @@ HOST_RUNTIME_DIR = Path("/usr/local/enflame")  # the toolkit installs the runtim
 def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, name: str) -> Iterator[tuple[Any, Any, auto.Stack]]:
     """`local_servers` (one simulated CPU node) with a real GCU node `node_name` (4 stand-in GCUs, `labels`) that
     has the stand-in images of devtools/standin_node.py, and a stack `name` deploying `spec` with them; yields
-    (cluster, node, stack) before anything is deployed. When the block ends normally the stack is destroyed; however
-    it ends, the scheduler leaves the node's network (restart_scheduler may have put it there), the node stops and
-    must leave nothing behind, and the runtime the toolkit installed on the host goes unless it was there before."""
+    (cluster, node, stack) before anything is deployed. The servers, the images and the stack are made before the
+    machine's real-node lock is taken (they touch nothing machine-wide), the node after. When the block ends
+    normally the stack is destroyed; however it ends, the scheduler leaves the node's network (restart_scheduler may
+    have put it there), the node stops and must leave nothing behind, and the runtime the toolkit installed on the
+    host goes unless it was there before."""
+    from realnode_fixtures import real_node_machine_lock
+
     from devtools import standin_node
     from devtools.realnode import RealNode
 
-    had_runtime_dir = HOST_RUNTIME_DIR.exists()
     with local_servers(root, [("cpu-node-1", {})]) as (cluster, dockerd):
-        node = RealNode.for_cluster(cluster, root / "node", node_name, labels=labels, fake_gcus=4)
-        try:
-            refs = standin_node.build_images(dockerd, root / "build")
-            node.start()
-            for ref in refs:
-                node.import_image(dockerd, ref)
-            stack, _ = prepare_stack(root, cluster, dockerd, name=name)
-            stack.remove_config("gcu-stack:blueprint")
-            stack.remove_config("gcu-stack:dockerRuntime")
-            set_json_config(stack, "spec", spec)
-            set_json_config(stack, "containerd", standin_node.containerd_settings())
-            yield cluster, node, stack
-            destroy(stack)
-        finally:
-            if cluster.scheduler_address != "127.0.0.1":
-                cluster.restart_scheduler()
-            left = node.stop()
-            if not had_runtime_dir:
-                shutil.rmtree(HOST_RUNTIME_DIR, ignore_errors=True)
-            assert left == [] and not any(node.leftovers().values()), (left, node.leftovers())
+        refs = standin_node.build_images(dockerd, root / "build")
+        stack, _ = prepare_stack(root, cluster, dockerd, name=name)
+        stack.remove_config("gcu-stack:blueprint")
+        stack.remove_config("gcu-stack:dockerRuntime")
+        set_json_config(stack, "spec", spec)
+        set_json_config(stack, "containerd", standin_node.containerd_settings())
+        with real_node_machine_lock():
+            had_runtime_dir = HOST_RUNTIME_DIR.exists()
+            node = RealNode.for_cluster(cluster, root / "node", node_name, labels=labels, fake_gcus=4)
+            try:
+                node.start()
+                for ref in refs:
+                    node.import_image(dockerd, ref)
+                yield cluster, node, stack
+                destroy(stack)
+            finally:
+                if cluster.scheduler_address != "127.0.0.1":
+                    cluster.restart_scheduler()
+                left = node.stop()
+                if not had_runtime_dir:
+                    shutil.rmtree(HOST_RUNTIME_DIR, ignore_errors=True)
+                assert left == [] and not any(node.leftovers().values()), (left, node.leftovers())
 
 
 def destroy(stack: auto.Stack, *, check: bool = False) -> None:

@@ -8,13 +8,32 @@ declares) with the image built around the stand-in plugin.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import tempfile
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from devtools import log_tail
 
 GCU_RESOURCE = "enflame.com/gcu"
+
+
+@contextmanager
+def real_node_machine_lock() -> Iterator[None]:
+    """Held while a test module has real nodes: they take machine-wide things (/run/netns, the host's
+    /usr/local/enflame through the toolkit pod) and their tests compare the machine before and after, so with
+    parallel workers (scripts/test.sh) one module at a time has them. What touches none of that (a control plane,
+    a private dockerd, image builds) is better done before taking it: the modules wait for each other here."""
+    lock_path = Path(tempfile.gettempdir()) / "gcu-stack-real-nodes.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def wait_until(check: Callable[[], Any], timeout: float, what: str, *, interval: float = 0.5,

@@ -29,7 +29,7 @@ LABELS = {"feature.node.kubernetes.io/pci-1e36.present": "true", "enflame.com/gc
 
 
 @pytest.fixture(scope="module")
-def real(real_node_machine, tmp_path_factory):
+def real(tmp_path_factory):   # real_node_stack takes the real-node lock itself
     spec = standin_node.blueprint(gcushare=True)["spec"]
     with real_node_stack(tmp_path_factory.mktemp("engine-gcushare"), NODE, LABELS, spec, name="gcushare") as (cluster, node, stack):
         yield {"cluster": cluster, "node": node, "stack": stack}

@@ -29,7 +29,7 @@ WEB_NODE_PORT = 30018
 
 
 @pytest.fixture(scope="module")
-def real(real_node_machine, tmp_path_factory):
+def real(tmp_path_factory):   # real_node_stack takes the real-node lock itself
     root = tmp_path_factory.mktemp("engine-nightingale")
     volume = root / "volume" / "mysql"   # the kubelet creates the last part (DirectoryOrCreate)
     volume.parent.mkdir()

@@ -45,7 +45,7 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def real(real_node_machine, tmp_path_factory):
+def real(tmp_path_factory):   # real_node_stack takes the real-node lock itself
     root = tmp_path_factory.mktemp("engine-realnode")
     # The stand-in GCUs play a node with its driver installed (what NFD labels when the module is loaded).
     labels = {NFD: "true", "enflame.com/gcu.driver.present": "true"}

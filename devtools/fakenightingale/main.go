@@ -83,12 +83,15 @@ func main() {
 	}
 }
 
-func env(name string) (string, error) {
-	value := os.Getenv(name)
-	if value == "" {
-		return "", fmt.Errorf("%s is not set (the stack sets it in every Nightingale pod)", name)
+// envs returns the variables' values, or an error naming the first that is not set.
+func envs(names ...string) ([]string, error) {
+	values := make([]string, len(names))
+	for i, name := range names {
+		if values[i] = os.Getenv(name); values[i] == "" {
+			return nil, fmt.Errorf("%s is not set (the stack sets it in every Nightingale pod)", name)
+		}
 	}
-	return value, nil
+	return values, nil
 }
 
 // ---------------------------------------------------------------------------------------------------- mysql
@@ -383,23 +386,11 @@ type backends struct {
 }
 
 func backendsFromEnv() (*backends, error) {
-	host, err := env("MYSQL_HOST")
+	v, err := envs("MYSQL_HOST", "MYSQL_PORT", "MYSQL_PASSWORD", "REDIS_ADDR")
 	if err != nil {
 		return nil, err
 	}
-	port, err := env("MYSQL_PORT")
-	if err != nil {
-		return nil, err
-	}
-	password, err := env("MYSQL_PASSWORD")
-	if err != nil {
-		return nil, err
-	}
-	redis, err := env("REDIS_ADDR")
-	if err != nil {
-		return nil, err
-	}
-	return &backends{mysql: net.JoinHostPort(host, port), password: password, redis: redis}, nil
+	return &backends{mysql: net.JoinHostPort(v[0], v[1]), password: v[2], redis: v[3]}, nil
 }
 
 // connect waits until the database lets us in and Redis answers, as the server does before it serves.
@@ -552,15 +543,11 @@ func runNwebapi() error {
 	if err != nil {
 		return err
 	}
-	prometheusURL, err := env("PROMETHEUS_URL")
+	v, err := envs("PROMETHEUS_URL", "NSERVER_ADDR")
 	if err != nil {
 		return err
 	}
-	nserverAddr, err := env("NSERVER_ADDR")
-	if err != nil {
-		return err
-	}
-	return serveConnected(b, ":18000", webapiHandler(b, strings.TrimRight(prometheusURL, "/"), nserverAddr))
+	return serveConnected(b, ":18000", webapiHandler(b, strings.TrimRight(v[0], "/"), v[1]))
 }
 
 // ---------------------------------------------------------------------------------------------------- agentd
@@ -579,10 +566,11 @@ func heartbeat(client *http.Client, nserverAddr, hostname string) error {
 }
 
 func runAgentd() error {
-	nserverAddr, err := env("NSERVER_ADDR")
+	v, err := envs("NSERVER_ADDR")
 	if err != nil {
 		return err
 	}
+	nserverAddr := v[0]
 	hostname := os.Getenv("NODE_NAME")
 	if hostname == "" {
 		hostname, _ = os.Hostname()

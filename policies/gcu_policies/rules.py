@@ -466,10 +466,11 @@ def namespace_pod_security(args: StackValidationArgs, report: ReportViolation) -
     host_access: dict[str, list[str]] = {}
     root_or_capabilities: dict[str, list[str]] = {}
     for _, pod in pods(args.resources):
+        beyond_restricted = pod.beyond_restricted()
         if pod.host_access():
             host_access.setdefault(pod.namespace, []).append(pod.where)
-        elif pod.beyond_restricted():
-            root_or_capabilities.setdefault(pod.namespace, []).append(f"{pod.where}: {'; '.join(pod.beyond_restricted())}")
+        elif beyond_restricted:
+            root_or_capabilities.setdefault(pod.namespace, []).append(f"{pod.where}: {'; '.join(beyond_restricted)}")
     for resource in args.resources:
         name = get(resource.props, "metadata", "name")
         if kind_of(resource.resource_type) != "Namespace" or not isinstance(name, str) or name in exempt:
