@@ -1019,41 +1019,50 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                     input=input, timeout=timeout, what=f"real node {self.name}: ctr")
 
     def import_image(self, source: Any, ref: Optional[str] = None, *, timeout: float = 900) -> float:
-        """Import an image into the node's containerd (CRI namespace, unpacked for its snapshotter).
+        """Import one image (``import_images`` with ``ref``, or every image of an archive); returns the seconds it took."""
+        return self.import_images(source, [ref] if ref else [], timeout=timeout)
+
+    def import_images(self, source: Any, refs: Sequence[str] = (), *, timeout: float = 900) -> float:
+        """Import images into the node's containerd (CRI namespace, unpacked for its snapshotter).
 
         source: a ``docker save`` archive (path), or a devtools.dockerd.Dockerd or a docker host
-        ("unix:///.../docker.sock"): then ``ref`` is saved from that dockerd and streamed in. Returns the seconds it took.
-        Pods use it with imagePullPolicy Never
-        (or IfNotPresent) under the same reference.
+        ("unix:///.../docker.sock"): then ``refs`` are saved from that dockerd in one archive and streamed in (the
+        layers they share, e.g. one base image, travel once). Returns the seconds it took. Pods use them with
+        imagePullPolicy Never (or IfNotPresent) under the same references.
         """
         t0 = time.monotonic()
+        refs = list(refs)
         importer = [self.toolchain["ctr"], "-a", str(self.containerd_socket), "-n", K8S_NAMESPACE, "images",
                     "import", "--snapshotter", self.snapshotter]
         docker_host = source if isinstance(source, str) and source.startswith(("unix://", "tcp://")) else \
             getattr(source, "host", None) if hasattr(source, "bins") else None
+        what = ", ".join(refs) or str(source)
         if docker_host:
-            if not ref:
-                raise ValueError("import_image(dockerd, ref): name the image to save from the dockerd")
+            if not refs:
+                raise ValueError("import_images(dockerd, refs): name the images to save from the dockerd")
             docker = source.bins["docker"] if hasattr(source, "bins") else (_exe(["/usr/bin/docker", "docker"]) or "docker")
-            save = subprocess.Popen([docker, "-H", docker_host, "save", ref], stdout=subprocess.PIPE,
+            save = subprocess.Popen([docker, "-H", docker_host, "save", *refs], stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE)
             imp = subprocess.run([*importer, "-"], stdin=save.stdout, capture_output=True, text=True, timeout=timeout)
             save.stdout.close()  # type: ignore[union-attr]
             save_err = save.stderr.read().decode(errors="replace")  # type: ignore[union-attr]
             if save.wait() != 0:
-                raise RealNodeError(f"real node {self.name}: docker save {ref} failed: {save_err.strip()}")
+                raise RealNodeError(f"real node {self.name}: docker save {what} failed: {save_err.strip()}")
         else:
             path = Path(source)
             if not path.is_file():
                 raise RealNodeError(f"real node {self.name}: no image archive at {path}")
             imp = subprocess.run([*importer, str(path)], capture_output=True, text=True, timeout=timeout)
         if imp.returncode != 0:
-            raise RealNodeError(f"real node {self.name}: importing {ref or source} into {self.containerd_socket} "
+            raise RealNodeError(f"real node {self.name}: importing {what} into {self.containerd_socket} "
                                 f"failed:\n{imp.stderr.strip()}")
-        if ref:
+        if refs:
             names = self.images()
-            if not any(n == ref or n.endswith("/" + ref) or n == f"docker.io/library/{ref}" for n in names):
-                raise RealNodeError(f"real node {self.name}: imported, but {ref} is not among the node's images: {names}")
+            missing = [ref for ref in refs
+                       if not any(n == ref or n.endswith("/" + ref) or n == f"docker.io/library/{ref}" for n in names)]
+            if missing:
+                raise RealNodeError(f"real node {self.name}: imported, but {', '.join(missing)} not among the "
+                                    f"node's images: {names}")
         return time.monotonic() - t0
 
     def images(self) -> list[str]:
@@ -1813,9 +1822,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1 if any(left.values()) else 0
     if a.cmd == "import-image":
         if a.docker_host:
-            for ref in a.refs:
-                secs = node.import_image(a.docker_host, ref)
-                print(f"imported {ref} in {secs:.1f}s", file=sys.stderr)
+            secs = node.import_images(a.docker_host, a.refs)
+            print(f"imported {', '.join(a.refs)} in {secs:.1f}s", file=sys.stderr)
         else:
             for archive in a.archive:
                 secs = node.import_image(archive)

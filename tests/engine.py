@@ -185,8 +185,7 @@ def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, nam
             node = RealNode.for_cluster(cluster, root / "node", node_name, labels=labels, fake_gcus=4)
             try:
                 node.start()
-                for ref in refs:
-                    node.import_image(dockerd, ref)
+                node.import_images(dockerd, refs)
                 yield cluster, node, stack
                 destroy(stack)
             finally:

@@ -70,8 +70,7 @@ def images(node, tmp_path_factory):
         refs = {"gcusharePlugin": fakegcu.build_gcushare_plugin_image(dockerd, workdir / "plugin"),
                 "gcushareScheduler": fakeextender.build_image(dockerd, workdir / "extender")}
         TIMES["images: build"] = time.monotonic() - started
-        for ref in refs.values():
-            node.import_image(dockerd, ref)
+        node.import_images(dockerd, list(refs.values()))
     TIMES["images: build + import"] = time.monotonic() - started
     return refs
 
