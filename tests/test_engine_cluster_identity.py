@@ -5,7 +5,8 @@ Two real control planes, a and b, as contexts of one kubeconfig file that the st
 to a; then the current context is switched to b, and KUBECONFIG to b's own file: preview, up,
 refresh and a plain `pulumi destroy` (which never runs the program) are refused, naming both
 clusters, and neither cluster changes. Back on a, nothing is left to do. Finally the stack is moved
-to b deliberately with gcu-stack:adoptCluster.
+to b deliberately with gcu-stack:adoptCluster. A cluster older than gcu-stack supports (a third control plane
+emulating the minor version before the oldest supported) is refused by preview and up before anything is created.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import subprocess
 import sys
 
 import pytest
-from engine import GCU_NODE_LABELS, GCUS, changes, destroy, local_servers, outputs, prepare_stack
+from engine import GCU_NODE_LABELS, GCUS, changes, destroy, engine_stack, local_servers, outputs, prepare_stack
 from kubeconfigs import merged, use_context
 from pulumi import automation as auto
 from realservers import PROJECT_DIR
+
+from components.kube_support import OLDEST_SUPPORTED, supported_range
 
 NODES = [("gcu-node-1", GCU_NODE_LABELS, GCUS), ("cpu-node-1", {})]
 OURS = "enflame.com/gcu.present"
@@ -158,3 +161,26 @@ def stackops(two, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, **two["stack"].workspace.env_vars, "PYTHONPATH": str(PROJECT_DIR)}
     return subprocess.run([sys.executable, "-m", "stackops", *args, "--project-dir", str(two["root"] / "project")],
                           env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_cluster_older_than_supported_is_refused_by_preview_and_up_before_anything_is_created(tmp_path_factory):
+    older = f"{OLDEST_SUPPORTED[0]}.{OLDEST_SUPPORTED[1] - 1}"
+    root = tmp_path_factory.mktemp("older")
+    with engine_stack(root, NODES, "older", extra_apiserver_args=[f"--emulated-version={older}"]) as engine:
+        before = objects(engine.cluster)
+        for command in (engine.stack.preview, engine.stack.up):
+            with pytest.raises(auto.CommandError) as error:
+                command(on_output=lambda _: None)
+            text = str(error.value)
+            assert f"refused: the cluster {engine.cluster.server}, runs Kubernetes {older}" in text, text[-3000:]
+            assert supported_range() in text and "Nothing was done" in text, text[-3000:]
+        assert footprint(engine.cluster) == {"daemonsets": [], "labels": []}
+        assert objects(engine.cluster) == before
+
+
+def objects(cluster) -> set[str]:
+    """The kinds of object the stack creates, every one on the cluster by namespace and name."""
+    kinds = "namespaces,daemonsets,deployments,services,configmaps,secrets,serviceaccounts,clusterroles,clusterrolebindings"
+    lines = cluster.kubectl("get", kinds, "-A", "-o", "custom-columns=K:.kind,NS:.metadata.namespace,N:.metadata.name",
+                            "--no-headers").stdout.splitlines()
+    return set(lines)

@@ -25,10 +25,10 @@ def changed_inputs(olds: dict, news: dict, keys: tuple[str, ...]) -> list[str]:
     return [k for k in keys if olds.get(k) != news.get(k)]
 
 
-def engine_log(message: str) -> None:
-    """A line in `pulumi up`'s output (the engine shows a dynamic provider's info messages)."""
+def engine_log(message: str, *, warning: bool = False) -> None:
+    """A line in `pulumi up`'s output (the engine shows a dynamic provider's info and warning messages)."""
     try:
-        pulumi.log.info(message)
+        (pulumi.log.warn if warning else pulumi.log.info)(message)
     except Exception:  # noqa: BLE001 - a message must never fail a provider
         pass
 

@@ -41,6 +41,13 @@ def identify(api: Any) -> dict[str, str]:
     return {"uid": namespace["metadata"]["uid"], "server": api.api_client.configuration.host}
 
 
+def server_version(api: Any) -> dict:
+    """The API server's /version as it answers it (the client's VersionInfo model drops the emulation fields)."""
+    from kubernetes import client
+
+    return json.loads(client.VersionApi(api.api_client).get_code(_preload_content=False).data)
+
+
 def describe(identity: dict) -> str:
     server = identity.get("server")
     return f"{server} (kube-system UID {identity.get('uid')})" if server else f"with kube-system UID {identity.get('uid')}"

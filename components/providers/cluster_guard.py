@@ -5,7 +5,8 @@ kube-system UID and API server URL) and refuses, in every preview and up, a kube
 that now reaches another one; the Kubernetes provider and every bundled resource wait for
 it and carry its UID. `cluster-check` depends on every other resource, so `pulumi destroy`
 deletes it first: it refuses there, before anything is deleted, when the pinned context
-reaches another cluster (a plain destroy never runs the program).
+reaches another cluster (a plain destroy never runs the program). `cluster` also holds the cluster to the Kubernetes
+versions gcu-stack supports (components/kube_support.py), in its check: the one call a preview makes for a new stack.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 from pulumi.runtime.rpc import UNKNOWN
 
+from .. import kube_support
 from .bundled import Bundled, engine_log, inputs_of
-from .cluster import ClusterMismatch, core_api, describe, identify, verify
+from .cluster import ClusterMismatch, core_api, describe, identify, server_version, verify
 
 
 @dataclass
@@ -63,8 +65,33 @@ def checked(props: dict) -> dict:
     return verify(live_identity(props), expected(props), props.get("context"))
 
 
+def version_check(props: dict) -> Optional[str]:
+    """Why the cluster the props reach runs a Kubernetes gcu-stack does not support, or None (a warning when it is
+    newer than any proven). An unreachable cluster is not refused here: creating, diffing or deleting says so."""
+    try:
+        api = core_api(props.get("kubeconfig"), props.get("context"), pool_size=1)
+        info = server_version(api)
+    except Exception:  # noqa: BLE001 - reachability is reported, with what to do, where the identity is read
+        return None
+    via = f", reached through kube context {props['context']!r}" if props.get("context") else ""
+    where = f"the cluster {api.api_client.configuration.host}{via},"
+    caution = kube_support.caution(info, where)
+    if caution:
+        engine_log(caution, warning=True)
+    return kube_support.refusal(info, where)
+
+
 class ClusterGuardProvider(ResourceProvider):
     serialize_as_secret_always = False
+
+    def check(self, _olds: dict, news: dict) -> CheckResult:
+        # `cluster` itself (cluster-check is given its UID and reaches the same cluster): checked in every preview and
+        # up, before anything of the stack is created or changed.
+        if not news.get("clusterUid"):
+            refused = version_check(news)
+            if refused:
+                return CheckResult(news, [CheckFailure("context", refused)])
+        return CheckResult(news, [])
 
     def create(self, props: dict) -> CreateResult:
         found = checked(props)
