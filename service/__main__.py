@@ -20,6 +20,13 @@ from service.config import GUM_BLUEPRINTS, GUM_OPLOG, GUM_PORT, ConfigError, bui
 PASSED_ENV = ("PATH", "HOME", "KUBECONFIG")
 
 
+def private_tmp(path: Path) -> Path:
+    """An empty directory only its owner reads."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True, mode=0o700)
+    return path
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m service")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -50,6 +57,9 @@ def main(argv: list[str]) -> int:
     from service.stacks import StackStore
 
     env = {k: v for k, v in os.environ.items() if k.startswith("PULUMI_") or k in PASSED_ENV}
+    # pulumi-kubernetes leaves a copy of the stack's kubeconfig (credentials included) in $TMPDIR each time its provider
+    # starts: the service's go to a directory of its own, emptied when it starts.
+    env["TMPDIR"] = str(private_tmp(config.state_dir / "service" / "tmp"))
     pulumi = shutil.which("pulumi", path=env.get("PATH"))
     if not pulumi:
         print("gcu-stack serve: no pulumi CLI on PATH: start the service with `scripts/gcu-stack serve`", file=sys.stderr)

@@ -42,8 +42,13 @@ def pulumi_env(home: Path, backend: Path) -> dict[str, str]:
     cli = Path(env["PATH"].split(":")[0]) / "pulumi"
     assert cli.exists(), f"no Pulumi CLI at {cli}: run scripts/toolchain.sh"
     subprocess.run([str(TOOLCHAIN), "install-plugins", str(home)], check=True)
+    # pulumi-kubernetes leaves a copy of the kubeconfig in $TMPDIR each time its provider starts (scripts/gcu-stack
+    # gives each command its own): the stack's test directory, not the machine's /tmp.
+    private_tmp = home.parent / "tmp"
+    private_tmp.mkdir(exist_ok=True)
     env.update(
         {
+            "TMPDIR": str(private_tmp),
             "PULUMI_HOME": str(home),
             "PULUMI_BACKEND_URL": f"file://{backend}",
             "PULUMI_CONFIG_PASSPHRASE": "e2e-passphrase",

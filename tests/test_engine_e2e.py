@@ -119,6 +119,10 @@ def test_2_up_brings_every_component_to_ready(e2e):
     assert default_runtime(e2e.dockerd) == "enflame"
     for name in GCU_NODES:
         assert node(e2e.api, name)["labels"]["enflame.com/gcu.present"] == "true"
+    # What scripts/gcu-stack's private TMPDIR is for: the real Kubernetes provider left its copies of the kubeconfig
+    # (the credentials) in the TMPDIR it was given (engine.pulumi_env), one a start.
+    copies = list(Path(e2e.stack.workspace.env_vars["TMPDIR"]).glob("kubeconfig*"))
+    assert copies and all("client-certificate-data" in c.read_text() or "token" in c.read_text() for c in copies)
 
 
 def last_update(stack: auto.Stack) -> str:

@@ -28,6 +28,11 @@ FAKE_PULUMI = """#!/usr/bin/env bash
 printf '%s\\n' "$*" >> "$FAKE_PULUMI_LOG"
 printf '%s\\n' "${PULUMI_CONFIG_PASSPHRASE-<unset>}" >> "$FAKE_PULUMI_LOG.passphrase"
 case "$1" in
+  # What pulumi-kubernetes does when its provider starts: a copy of the kubeconfig in $TMPDIR, never removed.
+  preview|up|refresh|destroy) echo "${TMPDIR:-<unset>}" >> "$FAKE_PULUMI_LOG.tmpdir"
+    [ -n "${TMPDIR:-}" ] && echo "credentials" > "$(mktemp "$TMPDIR/kubeconfigXXXXXX")" ;;
+esac
+case "$1" in
   version) echo "v3.272.0" ;;
   plugin) [ "$2" = ls ] && echo '[{"name": "kubernetes", "kind": "resource", "version": "4.25.0", "size": 1}]' ;;
   stack) [ "$2" = output ] && echo '{}' ;;
@@ -133,6 +138,27 @@ def test_with_an_answering_cluster_and_an_installed_pulumi_up_builds_nothing(tmp
     assert preview == ["preview --policy-pack policies"] and up == ["up --yes --skip-preview"], calls
     assert calls.index(preview[0]) < calls.index(up[0])
     assert not (tmp_path / "state" / "local-cluster").exists()
+
+
+def test_pulumi_runs_with_a_private_tmpdir_that_goes_with_the_command(tmp_path, fakes):
+    """pulumi-kubernetes leaves a copy of the kubeconfig in $TMPDIR at each start (tests/test_engine_e2e.py shows the
+    real provider doing it): each command gives Pulumi its own, removes it at the end, and removes what a killed one
+    left."""
+    system_tmp = tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    private = tmp_path / "state" / "tmp"
+    killed = private / "999999999"   # no such pid: a command killed outright
+    killed.mkdir(parents=True)
+    (killed / "kubeconfig123").write_text("credentials")
+    with LocalCluster(tmp_path / "cluster", nodes=[("gcu-node-1", {GCU_LABEL: "true"})], audit=False) as cluster:
+        (tmp_path / "cache").mkdir()
+        env = _env(tmp_path, fakes, cluster.kubeconfig, cache=tmp_path / "cache")
+        r = _run(["up"], {**env, "PULUMI_CONFIG_PASSPHRASE": "correct horse", "TMPDIR": str(system_tmp)})
+    assert r.returncode == 0, r.stderr
+    used = set((tmp_path / "pulumi-calls.log.tmpdir").read_text().split())
+    assert len(used) == 1 and Path(used.pop()).parent == private, used   # preview and up: one private directory
+    assert list(private.iterdir()) == [] and private.stat().st_mode & 0o777 == 0o700
+    assert [p.name for p in system_tmp.iterdir() if p.name.startswith("kubeconfig")] == []
 
 
 def test_a_stack_of_yours_under_an_empty_passphrase_is_refused_and_the_ways_out_work(tmp_path, fakes):
