@@ -622,7 +622,9 @@ def test_a_node_whose_test_process_and_agent_both_die_is_swept(cluster, tmp_path
             starter.die()
             time.sleep(1)
             left = leftovers(state)
-            assert left["processes"] and left["netns"] and left["interfaces"], left   # the container, shims, ...
+            # What the sweep is for: the node's namespace and host link stay (its kubelet and containerd die with the
+            # starter; the container and its shim may outlive them or not: the rehearsal of 7b85eb3 found none).
+            assert left["netns"] and left["interfaces"], left
             from devtools.realnode import sweep_stale
             assert sweep_stale(min_age=0, only=[name], log=lambda m: None) == [name]
             assert not any(leftovers(state).values()), leftovers(state)
