@@ -172,7 +172,8 @@ def test_a_cluster_older_than_supported_is_refused_by_preview_and_up_before_anyt
             with pytest.raises(auto.CommandError) as error:
                 command(on_output=lambda _: None)
             text = str(error.value)
-            assert f"refused: the cluster {engine.cluster.server}, runs Kubernetes {older}" in text, text[-3000:]
+            assert f"refused: the cluster {engine.cluster.server}, reached through kube context" in text, text[-3000:]
+            assert f"runs Kubernetes {older} (kube-apiserver v" in text and f"emulating {older})" in text, text[-3000:]
             assert supported_range() in text and "Nothing was done" in text, text[-3000:]
         assert footprint(engine.cluster) == {"daemonsets": [], "labels": []}
         assert objects(engine.cluster) == before
