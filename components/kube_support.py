@@ -40,8 +40,7 @@ def describe(info: dict) -> str:
     version = effective_version(info)
     shown = _text(version) if version else "of an unknown version"
     git = info.get("gitVersion") or "no gitVersion"
-    emulated = info.get("emulationMinor") and (_number(info.get("minor")), _number(info.get("emulationMinor")))
-    if emulated and emulated[0] != emulated[1]:
+    if version and version != effective_version({"major": info.get("major"), "minor": info.get("minor"), "gitVersion": git}):
         return f"Kubernetes {shown} (kube-apiserver {git} emulating {shown})"
     return f"Kubernetes {shown} ({git})"
 
