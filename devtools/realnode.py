@@ -173,6 +173,36 @@ _CGROUP_MARKER = CACHE_DIR / "realnode-made-k8s-cgroups"
 _OWNERS = CACHE_DIR / "realnodes"
 
 
+# Sweeps of real nodes, one process at a time: in /run/lock rather than CACHE_DIR because a sweeper may have another
+# GCU_CACHE_DIR (scripts/gcu-stack under the tests) and then sees no owner record. Not _LOCK: teardown takes that.
+_SWEEP_LOCK = Path("/run/lock" if os.path.isdir("/run/lock") else "/run") / "gcu-stack-realnode-sweep.lock"
+_sweep_held = threading.local()
+
+
+@contextlib.contextmanager
+def sweep_lock() -> Iterator[None]:
+    """While held, no other process sweeps real nodes (sweep_stale takes it; re-entrant within a thread). Whoever
+    makes a node abandoned on purpose and sweeps it itself (a test) holds it in between, or another sweep takes it."""
+    if getattr(_sweep_held, "depth", 0):
+        _sweep_held.depth += 1
+        try:
+            yield
+        finally:
+            _sweep_held.depth -= 1
+        return
+    try:   # read-only: a lock another user made can be taken too (flock needs no write access)
+        fd = os.open(_SWEEP_LOCK, os.O_RDONLY)
+    except FileNotFoundError:
+        fd = os.open(_SWEEP_LOCK, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _sweep_held.depth = 1
+        yield
+    finally:
+        _sweep_held.depth = 0
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def _machine_lock() -> Iterator[None]:
     """What real nodes change on the machine itself, one process at a time (released when the file closes)."""
@@ -1543,6 +1573,11 @@ def sweep_stale(min_age: float = 60.0, log=print, only: Optional[Iterable[str]] 
     started). A node without an owner record (made by older code) counts only when its gcurn-* network namespace
     is older than `min_age` seconds. `only`: just these node names. Returns the names of the nodes removed."""
     only = None if only is None else set(only)  # read once: it may be a generator
+    with sweep_lock():
+        return _sweep_stale_locked(min_age, log, only)
+
+
+def _sweep_stale_locked(min_age: float, log, only: Optional[set]) -> list[str]:
     removed = []
     try:
         names = {n[len(NETNS_PREFIX):] for n in os.listdir("/run/netns") if n.startswith(NETNS_PREFIX)}

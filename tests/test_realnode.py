@@ -485,9 +485,11 @@ def _ready(cluster, name: str) -> bool:
 HALF_STARTER = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {project!r})
+    from devtools import realnode
     from devtools.realnode import RealNode
     # killed outright right after its network is made, before its agent or kubelet exist (a test run killed midway)
     RealNode._start_agent = lambda self: os.kill(os.getpid(), signal.SIGKILL)
+    realnode.sweep_stale = lambda *a, **k: []   # its own sweep would wait for the test's sweep lock
     RealNode({workdir!r}, {name!r}, {kubeconfig!r}).start()
 """)
 
@@ -498,12 +500,13 @@ def test_a_node_killed_while_starting_is_swept_at_once_and_a_running_one_never(c
     name = f"gcu-{RUN}-half"
     script = HALF_STARTER.format(project=str(PROJECT_DIR), workdir=str(tmp_path / "half"), name=name,
                                  kubeconfig=cluster.kubeconfig)
-    starter = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert starter.returncode == -signal.SIGKILL, starter.stderr
-    assert os.path.exists(f"/run/netns/{netns_name(name)}") and os.path.exists(f"/sys/class/net/{link_name(name)}")
-    assert (realnode._OWNERS / f"{name}.json").exists()
-    # However young: its owner record names a dead starter. The module's node is running: never taken.
-    assert realnode.sweep_stale(min_age=3600, only=[name, NODE], log=lambda m: None) == [name]
+    with realnode.sweep_lock():   # nobody else's sweep (scripts/gcu-stack's under test_setup_path) takes it first
+        starter = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert starter.returncode == -signal.SIGKILL, starter.stderr
+        assert os.path.exists(f"/run/netns/{netns_name(name)}") and os.path.exists(f"/sys/class/net/{link_name(name)}")
+        assert (realnode._OWNERS / f"{name}.json").exists()
+        # However young: its owner record names a dead starter. The module's node is running: never taken.
+        assert realnode.sweep_stale(min_age=3600, only=[name, NODE], log=lambda m: None) == [name]
     assert not any(leftovers({"name": name, "netns": netns_name(name), "workdir": str(tmp_path / "half")}).values())
     assert not (realnode._OWNERS / f"{name}.json").exists()
     assert (realnode._OWNERS / f"{NODE}.json").exists() and node.api.get(f"/api/v1/nodes/{NODE}")
@@ -618,15 +621,17 @@ def test_a_node_whose_test_process_and_agent_both_die_is_swept(cluster, tmp_path
         with CrashingStarter(cluster, tmp_path, name) as starter:
             state = starter.state
             starter.run_pod("lost")
-            os.kill(state["pids"]["agent"], signal.SIGKILL)   # the agent first: nobody is left to clean up
-            starter.die()
-            time.sleep(1)
-            left = leftovers(state)
-            # What the sweep is for: the node's namespace and host link stay (its kubelet and containerd die with the
-            # starter; the container and its shim may outlive them or not: the rehearsal of 7b85eb3 found none).
-            assert left["netns"] and left["interfaces"], left
-            from devtools.realnode import sweep_stale
-            assert sweep_stale(min_age=0, only=[name], log=lambda m: None) == [name]
+            from devtools.realnode import sweep_lock, sweep_stale
+            # Held from the kills to our sweep: a node with a dead starter and agent is any sweep's to take, and
+            # scripts/gcu-stack's (test_setup_path, in parallel) did take it midway in two rehearsals.
+            with sweep_lock():
+                os.kill(state["pids"]["agent"], signal.SIGKILL)   # the agent first: nobody is left to clean up
+                starter.die()
+                time.sleep(1)
+                left = leftovers(state)
+                # What the sweep is for: the container (its shim outlives containerd), namespace and host link stay
+                assert left["processes"] and left["netns"] and left["interfaces"], left
+                assert sweep_stale(min_age=0, only=[name], log=lambda m: None) == [name]
             assert not any(leftovers(state).values()), leftovers(state)
     finally:
         cluster.kubectl("delete", "node", name, check=False)

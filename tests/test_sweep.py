@@ -133,3 +133,29 @@ def test_a_server_spawned_by_a_killed_busy_process_dies_with_it(tmp_path):
     while _processes_naming(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _processes_naming(marker) == []
+
+
+def test_a_sweep_of_real_nodes_waits_while_another_process_holds_the_sweep_lock(tmp_path):
+    """A test that kills a node to sweep it holds the lock in between: `python -m devtools.sweep` from a process
+    with another GCU_CACHE_DIR (scripts/gcu-stack under test_setup_path, which sees no owner record) waits for it."""
+    from devtools.realnode import _SWEEP_LOCK, sweep_lock
+
+    env = {**os.environ, "GCU_CACHE_DIR": str(tmp_path / "cache")}
+    project = Path(__file__).resolve().parent.parent
+    with sweep_lock():
+        sweep = subprocess.Popen([sys.executable, "-m", "devtools.sweep"], cwd=project, env=env,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            # the kernel's own account: the sweep's process is blocked on the lock file (a "->" line of /proc/locks)
+            inode = f":{os.stat(_SWEEP_LOCK).st_ino} "
+            deadline = time.monotonic() + 60
+            while not any(line.split()[1] == "->" and line.split()[5] == str(sweep.pid) and inode in line
+                          for line in Path("/proc/locks").read_text().splitlines()):
+                assert sweep.poll() is None, f"the sweep did not wait for the lock:\n{sweep.stderr.read()}"
+                assert time.monotonic() < deadline, "the sweep neither waited for the lock nor ended"
+                time.sleep(0.05)
+        except BaseException:
+            sweep.kill()
+            raise
+    assert sweep.wait(120) == 0
+    assert "leftover(s) of killed runs removed" in sweep.stderr.read()
