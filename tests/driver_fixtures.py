@@ -7,8 +7,11 @@ pods, applied server-side; whether pods are Ready; which nodes gcu-stack cordone
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
+from pathlib import Path
 
 from components.providers import driver_rollout as du
 
@@ -149,3 +152,44 @@ def make_ready(cluster, name: str) -> None:
 
     wait_until(lambda: du.not_ready(json.loads(cluster.kubectl("get", "node", name, "-o", "json").stdout)) is None, 60,
                what=f"{name} Ready again")
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            out.setdefault(parent, []).append(int(entry))
+    return out
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL `root` and every process under it, as the end of a session does. Killing only the CLI's process group
+    is not that: Pulumi starts its plugins in groups of their own, and the dynamic provider goes on acting (a rollout
+    went on evicting and uncordoning after such a kill in a rehearsal of 3d1a7a6). Each is stopped first, so none
+    leaves the tree (reparented) or adds to it meanwhile."""
+    stopped: set[int] = set()
+    while True:
+        children, tree, todo = _children(), set(), [root]
+        while todo:
+            pid = todo.pop()
+            if pid not in tree:
+                tree.add(pid)
+                todo += children.get(pid, [])
+        new = tree - stopped
+        if not new:
+            break
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        stopped |= new
+    for pid in stopped:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

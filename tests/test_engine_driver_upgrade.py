@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -19,6 +18,7 @@ from driver_fixtures import (
     all_ready,
     apply,
     gcu_job,
+    kill_tree,
     make_not_ready,
     make_ready,
     moved_once,
@@ -207,8 +207,8 @@ def driver_pods(cluster) -> dict[str, dict]:
 
 
 def test_4b_an_up_killed_mid_rollout_is_completed_by_the_next_one_without_state_surgery(upgrade):
-    """SIGKILL of `pulumi up` (and of everything in its process group, as a CI runner's timeout does) while a node is
-    cordoned and its pods evicted; the next command clears the stale lock and what the killed one left (stackops, as
+    """SIGKILL of `pulumi up` and of every process it started (its plugins too, as the end of a session does) while a
+    node is cordoned and its pods evicted; the next command clears the stale lock and what the killed one left (stackops, as
     scripts/gcu-stack runs it), and the next up finishes the rollout: no node stays cordoned, none is upgraded twice."""
     stack, cluster, root, _ = upgrade
     wait_settled(cluster, GCU_NODES)   # the jobs the last up moved are Ready where they landed
@@ -237,7 +237,7 @@ def test_4b_an_up_killed_mid_rollout_is_completed_by_the_next_one_without_state_
     try:
         wait_until(mid_rollout, 240, what=f"{held} in the middle of its driver upgrade", interval=0.2)
     finally:
-        os.killpg(killed.pid, signal.SIGKILL)
+        kill_tree(killed.pid)
         killed.wait()
         cluster.kubectl("patch", "pdb", "training", "-n", "default", "--type=merge", "-p", json.dumps({"spec": {"minAvailable": 1}}))
     new_image = "artifact.enflame.cn/galaxy_docker_hub/gcu/gcu-driver:4.0"
