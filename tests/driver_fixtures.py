@@ -11,7 +11,6 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 from components.providers import driver_rollout as du
 
@@ -155,14 +154,11 @@ def make_ready(cluster, name: str) -> None:
 
 
 def _children() -> dict[int, list[int]]:
+    from devtools.realnode import _all_pids, _ppid  # the project's one reading of /proc/<pid>/stat
+
     out: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            out.setdefault(parent, []).append(int(entry))
+    for pid in _all_pids():
+        out.setdefault(_ppid(pid), []).append(pid)
     return out
 
 
