@@ -423,7 +423,13 @@ def test_containerd_stopped_from_a_pod_comes_back_and_running_pods_keep_running(
     # what a toolkit pod activating a runtime does: it stops the node's containerd (hostPID, the pid file)
     # It exits only once the new containerd runs, as the toolkit does: a container that exits while containerd
     # is down has its exit status lost (255, "Unknown") when that containerd comes back.
+    # It stops containerd only once the kubelet has had containerd's answer to its StartContainer (the test's go file,
+    # written after the kubelet's Started event): stopped before that, the start fails with "error reading from server:
+    # EOF" and the kubelet kills the container (a rehearsal of da2bbf7).
+    go = node.run_containerd_dir / "restarter-go"
+    go.unlink(missing_ok=True)
     restarter = shell_pod("restarter", image, textwrap.dedent("""\
+        until [ -e /host/run/containerd/restarter-go ]; do sleep 0.2; done
         pid_file=/host/run/containerd/containerd.pid; old=$(cat $pid_file)
         kill "$old" && echo sent
         until new=$(cat $pid_file 2>/dev/null) && [ -n "$new" ] && [ "$new" != "$old" ] && [ -d /proc/$new ]; do sleep 0.2; done
@@ -431,8 +437,15 @@ def test_containerd_stopped_from_a_pod_comes_back_and_running_pods_keep_running(
     restarter["spec"].update(hostPID=True, volumes=[{"name": "run", "hostPath": {"path": "/run/containerd"}}])
     restarter["spec"]["containers"][0].update(securityContext={"privileged": True},
                                               volumeMounts=[{"name": "run", "mountPath": "/host/run/containerd"}])
-    started = time.monotonic()
     apply(cluster, restarter)
+
+    def started_by_the_kubelet():
+        return cluster.kubectl("get", "events", "-n", "default", "-o", "name", "--field-selector",
+                               "involvedObject.kind=Pod,involvedObject.name=restarter,reason=Started").stdout.strip()
+
+    wait_until(started_by_the_kubelet, 120, "the kubelet's Started event for pod default/restarter")
+    started = time.monotonic()
+    go.write_text("go\n")
     new = node.wait_containerd_restarted(old, timeout=90)
     TIMES["containerd stopped by a pod -> answering again"] = time.monotonic() - started
     assert new != old
