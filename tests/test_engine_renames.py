@@ -113,6 +113,7 @@ class PodWatch:
         self.overlaps: list[str] = []
         self.seen: set[str] = set()
         self._stop = threading.Event()
+        self._listed = threading.Event()  # the first list is in: from here on no change is missed
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.error: BaseException | None = None
 
@@ -146,6 +147,7 @@ class PodWatch:
             for pod in listed.items:
                 self._record("LISTED", pod)
             version = listed.metadata.resource_version
+            self._listed.set()
             while not self._stop.is_set():
                 stream = watch.Watch()
                 for event in stream.stream(
@@ -162,7 +164,9 @@ class PodWatch:
 
     def __enter__(self) -> "PodWatch":
         self._thread.start()
-        time.sleep(0.5)
+        while not self._listed.wait(0.1):
+            if not self._thread.is_alive():
+                raise AssertionError(f"the pod watch failed before its first list: {self.error!r}")
         return self
 
     def __exit__(self, *exc) -> None:
