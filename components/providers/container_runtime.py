@@ -20,6 +20,7 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvide
 from ..node.node_runtime import SUPPORTED, runtime_of
 from .bundled import Bundled, bundled_diff, changed_inputs, inputs_of
 from .cluster import core_api, ensure_cluster
+from .engine_watch import engine_watched
 from .transports import transport_for
 
 # Where a runtime's files live: a change of these moves the state, so the old place is restored first.
@@ -174,6 +175,7 @@ def _restore(props: dict, hosts: dict) -> None:
 class ContainerRuntimeProvider(ResourceProvider):
     serialize_as_secret_always = False
 
+    @engine_watched
     def create(self, props: dict) -> CreateResult:
         ensure_cluster(props)
         runtimes, unsupported = node_runtimes(props)
@@ -199,6 +201,7 @@ class ContainerRuntimeProvider(ResourceProvider):
         # A node's runtime is a singleton: every change is an in-place update, never a replacement.
         return bundled_diff(olds, news, changed)
 
+    @engine_watched
     def update(self, _id: str, olds: dict, news: dict) -> UpdateResult:
         olds = normalise(olds)
         ensure_cluster(news)
@@ -214,6 +217,7 @@ class ContainerRuntimeProvider(ResourceProvider):
         hosts = _activate_all(news, targets, kept)
         return UpdateResult(_outputs(news, hosts, runtimes, unsupported))
 
+    @engine_watched
     def delete(self, _id: str, props: dict) -> None:
         props = normalise(props)
         ensure_cluster(props)

@@ -66,6 +66,7 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvide
 from ..names import DEPLOY_LABEL_PREFIX, DRIVER_POOL_LABEL, PAUSED_FOR_DRIVER_UPGRADE, label_value
 from .bundled import Bundled, bundled_diff, changed_inputs, engine_log, inputs_of
 from .cluster import ClusterMismatch, checked_api
+from .engine_watch import engine_watched
 from .install_key import install_key
 from .node_changes import NodeChanges
 from .windows import window_state
@@ -1260,6 +1261,7 @@ def _pending(props: dict, olds: Optional[dict] = None) -> bool:
 class DriverUpgradeProvider(ResourceProvider):
     serialize_as_secret_always = False
 
+    @engine_watched
     def create(self, props: dict) -> CreateResult:
         return CreateResult("driver-upgrade", _outputs(props, rollout(props, _log)))
 
@@ -1276,9 +1278,11 @@ class DriverUpgradeProvider(ResourceProvider):
             changed = ["nodes"]
         return bundled_diff(olds, news, changed)
 
+    @engine_watched
     def update(self, _id: str, _olds: dict, news: dict) -> UpdateResult:
         return UpdateResult(_outputs(news, rollout(news, _log)))
 
+    @engine_watched
     def delete(self, _id: str, props: dict) -> None:
         clean_up(props)
 

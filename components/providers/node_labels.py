@@ -21,6 +21,7 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvide
 from ..names import DEFAULT_DRIVER_LABEL, DEPLOY_LABEL_PREFIX, GCU_PRESENT_LABEL, NFD_PCI_LABEL, OPERANDS_LABEL, PAUSED_FOR_DRIVER_UPGRADE
 from .bundled import Bundled, bundled_diff, changed_inputs, inputs_of
 from .cluster import checked_api, list_nodes
+from .engine_watch import engine_watched
 
 MANAGED_ANNOTATION = "gcu-stack.enflame.com/managed-labels"
 OUR_VALUE = "true"
@@ -341,6 +342,7 @@ class GcuNodesProvider(ResourceProvider):
             failures.append(pulumi.dynamic.CheckFailure("driverLabel", f"{label!r}: expected key=value"))
         return CheckResult(news, failures)
 
+    @engine_watched
     def create(self, props: dict) -> CreateResult:
         report = _labeler(props).apply(require_driver=bool(props.get("requireDriver")))
         return CreateResult("gcu-nodes", _node_outputs(props, report))
@@ -355,10 +357,12 @@ class GcuNodesProvider(ResourceProvider):
             changed = ["nodes"]
         return bundled_diff(olds, news, changed)
 
+    @engine_watched
     def update(self, _id: str, _olds: dict, news: dict) -> UpdateResult:
         report = _labeler(news).apply(require_driver=bool(news.get("requireDriver")))
         return UpdateResult(_node_outputs(news, report))
 
+    @engine_watched
     def delete(self, _id: str, props: dict) -> None:
         _labeler(props).remove_all()
 

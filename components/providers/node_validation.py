@@ -38,6 +38,7 @@ from ..names import DEPLOY_LABEL_PREFIX, GCU_RESOURCE, OPERANDS_LABEL, SELFCHECK
 from ..node.runtime_host import RUNTIME_NAME
 from .bundled import Bundled, bundled_diff, changed_inputs, inputs_of
 from .cluster import ClusterMismatch, checked_api, list_nodes
+from .engine_watch import engine_watched
 
 RUNTIME_CLASS = RUNTIME_NAME
 COMPONENT = "validation"
@@ -733,6 +734,7 @@ def drift_of(props: dict, live: dict[str, dict]) -> tuple[list[str], dict]:
 class GcuValidationProvider(ResourceProvider):
     serialize_as_secret_always = False
 
+    @engine_watched
     def create(self, props: dict) -> CreateResult:
         return CreateResult("gcu-validation", run_validation(props))
 
@@ -762,6 +764,7 @@ class GcuValidationProvider(ResourceProvider):
                     pass
         return bundled_diff(olds, news, changed)
 
+    @engine_watched
     def update(self, _id: str, _olds: dict, news: dict) -> UpdateResult:
         return UpdateResult(run_validation(news))
 
