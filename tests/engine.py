@@ -202,6 +202,21 @@ def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, nam
                 assert left == [] and not any(node.leftovers().values()), (left, node.leftovers())
 
 
+def up_converged(stack: auto.Stack, **kwargs) -> auto.UpResult:
+    """`pulumi up` (kwargs as Stack.up's), then `pulumi preview --expect-no-changes`: what a completed up made is
+    what the program declares, so nothing is left to change (objects that never converge are GitOps users' first
+    complaint about the anchors)."""
+    result = stack.up(**{"on_output": lambda _: None, **kwargs})
+    lines: list[str] = []
+    try:
+        stack.preview(expect_no_changes=True, diff=True, on_output=lines.append)
+    except auto.CommandError as e:
+        text = "\n".join(line.rstrip() for line in lines)
+        raise AssertionError("`pulumi preview --expect-no-changes` after a completed `pulumi up` found changes (a "
+                             f"perpetual diff):\n{text[-8000:]}\n{str(e)[-2000:]}") from e
+    return result
+
+
 def destroy(stack: auto.Stack, *, check: bool = False) -> None:
     """`pulumi destroy`; a CommandError is raised only with check."""
     try:

@@ -17,7 +17,17 @@ import subprocess
 import sys
 
 import pytest
-from engine import GCU_NODE_LABELS, GCUS, changes, destroy, engine_stack, local_servers, outputs, prepare_stack
+from engine import (
+    GCU_NODE_LABELS,
+    GCUS,
+    changes,
+    destroy,
+    engine_stack,
+    local_servers,
+    outputs,
+    prepare_stack,
+    up_converged,
+)
 from kubeconfigs import merged, use_context
 from pulumi import automation as auto
 from realservers import PROJECT_DIR
@@ -56,7 +66,7 @@ def two(tmp_path_factory):
         stack, policy_config = prepare_stack(root, a, dockerd, name="identity")
         stack.remove_config("gcu-stack:kubeconfig")
         stack.workspace.env_vars["KUBECONFIG"] = str(kubeconfig)
-        stack.up(on_output=lambda _: None)
+        up_converged(stack)
         yield {"stack": stack, "a": a, "b": b, "kubeconfig": kubeconfig, "root": root}
         stack.workspace.env_vars["KUBECONFIG"] = str(kubeconfig)
         destroy(stack)
@@ -134,7 +144,7 @@ def test_adopt_cluster_moves_the_stack_deliberately(two):
     stack, a, b = two["stack"], two["a"], two["b"]
     use_context(two["kubeconfig"], "b")
     stack.set_config("gcu-stack:adoptCluster", auto.ConfigValue(uid(b)))
-    stack.up(on_output=lambda _: None)
+    up_converged(stack)
     assert outputs(stack)["cluster"]["uid"] == uid(b)
     assert outputs(stack)["readyResource"] == "5/5"
     assert footprint(b)["daemonsets"] and footprint(b)["labels"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from engine import GCU_NODE_LABELS, engine_stack, outputs, set_json_config
+from engine import GCU_NODE_LABELS, engine_stack, outputs, set_json_config, up_converged
 from pulumi import automation as auto
 from realservers import PROJECT_DIR
 
@@ -40,7 +40,7 @@ def stack(tmp_path_factory):
 
 def test_nightingale_and_gcushare_come_up_and_go_away(stack):
     stack, cluster, root = stack
-    stack.up(on_output=lambda _: None)
+    up_converged(stack)
     out = outputs(stack)
     assert out["readyResource"] == "7/7" and out["phase"] == "Running", [(s["name"], s["status"]) for s in out["resourceStatuses"]]
     statuses = {s["name"]: s["status"] for s in out["resourceStatuses"]}

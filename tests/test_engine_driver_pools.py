@@ -11,7 +11,7 @@ import json
 
 import pytest
 from driver_fixtures import CordonWatch, apply, gcu_job, wait_settled
-from engine import GCU_NODE_LABELS, GCUS, engine_stack, node, outputs, set_json_config
+from engine import GCU_NODE_LABELS, GCUS, engine_stack, node, outputs, set_json_config, up_converged
 from harness import seed_spec
 
 from components.names import DRIVER_POOL_LABEL
@@ -64,7 +64,7 @@ def test_1_the_first_up_moves_each_pools_nodes_into_it_and_each_runs_its_own_ver
     assert "driver: not deployed yet" in text and "could not be read" not in text, text
     assert f"driver pool a: driver upgrade planned: the running driver → {REPO}/gcu-driver:a1, 2 of 2 GCU node(s)" in text, text
     assert "gcu-a-1 (moves from the own driver; no GCU pod to evict)" in text and "gcu-b-1 (moves from the own driver;" in text
-    stack.up(on_output=lambda _: None)
+    up_converged(stack)
     out = outputs(stack)
     assert out["phase"] == "Running", out
     assert images(cluster) == {"gcu-a-1": "gcu-driver:a1", "gcu-a-2": "gcu-driver:a1", "gcu-b-1": "gcu-driver:b1",
@@ -88,7 +88,7 @@ def test_2_a_new_version_for_one_pool_previews_and_rolls_out_on_that_pool_only(p
     assert "driver pool b: driver upgrade planned" not in text
     assert not any(line.lstrip().startswith("driver upgrade planned") for line in text.splitlines()), text
     with CordonWatch(cluster) as watch:
-        stack.up(on_output=lambda _: None)
+        up_converged(stack)
     assert 1 <= watch.most <= 2   # pool a's two nodes, at most maxParallel at once
     out = outputs(stack)
     report = out["driverUpgrade"]
@@ -113,7 +113,7 @@ def test_3_a_node_relabelled_into_a_pool_keeps_its_driver_until_the_next_up_move
     assert "driver pool b: driver upgrade planned:" in preview.stdout and "gcu-own-2 (moves from the own driver; " in preview.stdout, preview.stdout
     # Nothing swapped the driver by itself (the preview took seconds: the DaemonSet controller had time to).
     assert driver_pods(cluster)["gcu-own-2"]["metadata"]["uid"] == before
-    stack.up(on_output=lambda _: None)
+    up_converged(stack)
     report = outputs(stack)["driverUpgrade"]
     assert report["pools"]["b"]["upgraded"] == ["gcu-own-2"] and sorted(report["nodes"]) == ["gcu-own-1"]
     states = [s["state"] for s in report["pools"]["b"]["reports"]["gcu-own-2"]["states"]]
@@ -125,7 +125,7 @@ def test_4_a_removed_pool_moves_its_nodes_back_to_the_own_driver_and_its_daemons
     stack, cluster, _, _ = pools
     wait_settled(cluster, list(POOL_OF), agents=AGENTS)
     set_json_config(stack, "spec", spec("1.0", "", "b1"))
-    stack.up(on_output=lambda _: None)
+    up_converged(stack)
     out = outputs(stack)
     assert sorted(out["driverUpgrade"]["upgraded"]) == ["gcu-a-1", "gcu-a-2"] and sorted(out["driverUpgrade"]["pools"]) == ["b"]
     assert images(cluster)["gcu-a-1"] == images(cluster)["gcu-a-2"] == "gcu-driver:1.0"

@@ -30,7 +30,7 @@ from driver_fixtures import (
     wait_settled,
     wave_order,
 )
-from engine import DRIVER_LABEL, GCU_NODE_LABELS, GCUS, engine_stack, node, outputs, set_json_config
+from engine import DRIVER_LABEL, GCU_NODE_LABELS, GCUS, engine_stack, node, outputs, set_json_config, up_converged
 from harness import seed_spec
 from pulumi import automation as auto
 from realnode_fixtures import wait_until
@@ -58,7 +58,7 @@ def upgrade(tmp_path_factory):
 
 def test_1_first_up_deploys_the_driver_with_nothing_to_upgrade(upgrade):
     stack, cluster, _, _ = upgrade
-    stack.up(on_output=lambda _: None)
+    up_converged(stack)
     out = outputs(stack)
     assert out["phase"] == "Running" and out["readyResource"] == "6/6"
     daemonset = json.loads(cluster.kubectl("get", "ds", "enflame-gcu-driver", "-n", "kube-system", "-o", "json").stdout)
@@ -91,7 +91,7 @@ def test_3_up_rolls_node_by_node_moving_only_gcu_pods(upgrade):
     web = uids(cluster, "app=web")
     order, jobs_before = wave_order(cluster, GCU_NODES), names(cluster, "app=training")
     with CordonWatch(cluster) as watch:
-        stack.up(on_output=lambda _: None)
+        up_converged(stack)
     assert watch.most == 1
     out = outputs(stack)
     assert out["phase"] == "Running"
@@ -133,7 +133,7 @@ def test_4_a_failed_node_halts_the_rollout_and_the_next_up_resumes(upgrade):
     assert pending_tainted(cluster) == set()   # stopped: no node left repelling jobs
     done_first = node(cluster, first)["metadata"]["resourceVersion"]
     cluster.kubectl("taint", "node", second, "gcu-test/broken-")
-    stack.up(on_output=lambda _: None)
+    up_converged(stack)
     out = outputs(stack)
     assert out["driverUpgrade"]["upgraded"] == [second, third]   # the failed node first
     assert node(cluster, first)["metadata"]["resourceVersion"] == done_first
@@ -151,7 +151,7 @@ def test_4a_a_change_to_nothing_the_driver_installs_restarts_its_pods_with_no_co
     assert all(f"batch {i}: {name}" in preview.stdout for i, name in enumerate(GCU_NODES, 1))
     assert "driver upgrade planned" not in preview.stdout and "at most 0 of 3 GCU node(s) unavailable" in preview.stdout
     with CordonWatch(cluster) as watch:
-        stack.up(on_output=lambda _: None)
+        up_converged(stack)
     assert watch.most == 0
     out = outputs(stack)["driverUpgrade"]
     assert out["restarted"] == GCU_NODES and out["upgraded"] == [] and out["failed"] == {}
@@ -192,7 +192,7 @@ def test_4a2_outside_its_maintenance_window_up_starts_no_wave_and_the_next_up_in
 
     order = wave_order(cluster, GCU_NODES)
     set_json_config(stack, "driverUpgrade", {"driverReadyTimeoutSeconds": 20, "windows": [window(-1, 2)]})
-    stack.up(on_output=lambda _: None)
+    up_converged(stack)
     out = outputs(stack)["driverUpgrade"]
     assert out["upgraded"] == order and out["paused"] == "" and out["failed"] == {}
     assert {p["spec"]["containers"][0]["image"] for p in driver_pods(cluster).values()} == {
@@ -258,7 +258,7 @@ def test_4b_an_up_killed_mid_rollout_is_completed_by_the_next_one_without_state_
     )
     assert recovered.returncode == 0, recovered.stderr
     assert "removed the lock left by" in recovered.stderr, recovered.stderr
-    stack.up(on_output=lambda _: None)
+    up_converged(stack)
     out = outputs(stack)
     assert out["phase"] == "Running" and out["driverUpgrade"]["failed"] == {}
     assert set(out["driverUpgrade"]["nodes"].values()) <= {du.DONE, "current"}
@@ -317,7 +317,7 @@ def test_4c_a_node_deleted_and_another_notready_mid_rollout_are_reported_and_the
     cluster.add_nodes([NODES[0]])
     wait_settled(cluster, ["gcu-node-3"])   # the node controller's not-ready taints lifted, its agents Ready again
     stack.refresh(on_output=lambda _: None)
-    stack.up(on_output=lambda _: None)
+    up_converged(stack)
     out = outputs(stack)
     assert out["phase"] == "Running" and out["driverUpgrade"]["failed"] == {}
     assert "gcu-node-3" in out["driverUpgrade"]["upgraded"] and "gcu-node-2" not in out["driverUpgrade"]["upgraded"]
@@ -354,7 +354,7 @@ def test_4d_with_rollback_a_node_whose_new_driver_fails_serves_on_the_old_one_an
     preview = stack.preview(policy_packs=[str(root / "project" / "policies")], policy_pack_configs=[str(policy_config)])
     assert f"retried: {second} (rolled back after restart driver: no new driver pod" in preview.stdout, preview.stdout
     cluster.kubectl("taint", "node", second, "gcu-test/broken-")
-    stack.up(on_output=lambda _: None)
+    up_converged(stack)
     out = outputs(stack)
     assert out["driverUpgrade"]["upgraded"] == [second, third] and out["driverUpgrade"]["rolledBack"] == []
     assert out["phase"] == "Running"

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from engine import GCU_NODE_LABELS, GCUS, Engine, changes, engine_stack, outputs, set_json_config
+from engine import GCU_NODE_LABELS, GCUS, Engine, changes, engine_stack, outputs, set_json_config, up_converged
 from harness import seed_spec
 from pulumi import automation as auto
 from realservers import AuditLog
@@ -103,7 +103,7 @@ def test_1_preview_of_the_seed_blueprint_passes_the_policy_pack(e2e):
 
 
 def test_2_up_brings_every_component_to_ready(e2e):
-    e2e.stack.up(on_output=lambda _: None)
+    up_converged(e2e.stack)
     out = outputs(e2e.stack)
     assert out["phase"] == "Running"
     assert out["readyResource"] == "5/5"
@@ -134,7 +134,7 @@ def test_3_second_up_changes_nothing(e2e):
     before = last_update(e2e.stack)
     assert before  # the time of the deploy, from the objects' server-side apply records
     time.sleep(1.1)  # managedFields times have a resolution of one second
-    result = e2e.stack.up(on_output=lambda _: None)
+    result = up_converged(e2e.stack)
     changed = changes(result.summary.resource_changes)
     assert changed == {}, changed
     assert last_update(e2e.stack) == before  # nothing changed, so neither did the time
@@ -153,7 +153,7 @@ def test_4_changing_only_the_exporter_version_updates_only_the_exporter(e2e):
     changed = {urn for urn, op in steps(events).items() if op not in ("same", "read") and "::pulumi:providers:" not in urn}
     assert changed == {u for u in changed if "exporter" in u}, changed
     assert any(urn.endswith("DaemonSet::exporter-daemonset") for urn in changed)
-    e2e.stack.up(on_output=lambda _: None)
+    up_converged(e2e.stack)
     after = {(o["kind"], o["metadata"]["name"]): o["metadata"] for kind in ("DaemonSet", "ConfigMap", "ServiceAccount", "ClusterRole", "Service") for o in ours(e2e, kind)}
     assert set(after) == set(before)
     for key, meta in before.items():
@@ -177,7 +177,7 @@ def test_5_refresh_shows_a_removed_managed_label_and_up_repairs_it(e2e):
     state = e2e.stack.export_stack().deployment["resources"]
     (gcu_nodes,) = [r for r in state if r["type"] == "pulumi-python:dynamic/gcu:GcuNodes"]
     assert f"gcu-node-1: managed label {MANAGED} was removed" in gcu_nodes["outputs"]["drift"]
-    repaired = e2e.stack.up(on_output=lambda _: None)
+    repaired = up_converged(e2e.stack)
     assert repaired.summary.resource_changes.get("update", 0) >= 1
     assert node(e2e.api, "gcu-node-1")["labels"][MANAGED] == "true"
 

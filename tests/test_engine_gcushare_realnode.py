@@ -16,7 +16,7 @@ import os
 import pytest
 import yaml
 from engine import node as node_object
-from engine import outputs, real_node_stack
+from engine import outputs, real_node_stack, up_converged
 from realnode_fixtures import apply, component_pod, failed_scheduling, get, shell_pod, wait_pod_phase, wait_until
 
 from components.names import GCUSHARE_RESOURCE
@@ -43,7 +43,7 @@ def _share_pod(name: str, shares: int) -> dict:
 
 
 def test_1_up_deploys_gcushare_and_its_memory_becomes_allocatable(real):
-    real["stack"].up(on_output=lambda _: None)
+    up_converged(real["stack"])
     out = outputs(real["stack"])
     assert out["phase"] == "Running", out
     assert node_object(real["cluster"], NODE)["status"]["allocatable"][GCUSHARE_RESOURCE] == "64"   # 4 GCUs x 16 GiB

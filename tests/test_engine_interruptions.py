@@ -12,7 +12,7 @@ import re
 import threading
 
 import pytest
-from engine import GCU_NODE_LABELS, GCUS, changes, engine_stack, outputs, set_json_config
+from engine import GCU_NODE_LABELS, GCUS, changes, engine_stack, outputs, set_json_config, up_converged
 from harness import seed_spec
 from pulumi import automation as auto
 from realnode_fixtures import wait_until
@@ -24,7 +24,7 @@ NODES = [("gcu-node-1", GCU_NODE_LABELS, GCUS), ("gcu-node-2", GCU_NODE_LABELS, 
 def deployed(tmp_path_factory):
     root = tmp_path_factory.mktemp("interrupted")
     with engine_stack(root, NODES, "interrupted", check_destroy=True) as engine:
-        engine.stack.up(on_output=lambda _: None)
+        up_converged(engine.stack)
         assert outputs(engine.stack)["readyResource"] == "5/5"
         yield engine
 
@@ -63,7 +63,7 @@ def test_an_api_server_restart_mid_up_completes_or_fails_naming_it_and_the_next_
         assert re.search(r"(DaemonSet|GcuValidation|GcuNodes|ContainerRuntime|Service).*", result["error"]), result["error"][-3000:]
         assert re.search(r"connection refused|dial tcp|EOF|timed out|unavailable|Max retries", result["error"]), result["error"][-3000:]
     # The next up converges, and then there is nothing left to do.
-    stack.up(on_output=lambda _: None)
+    up_converged(stack)
     out = outputs(stack)
     assert out["readyResource"] == "5/5" and out["phase"] == "Running", out
     assert changes(stack.preview(on_output=lambda _: None).change_summary) == {}

@@ -15,7 +15,7 @@ import os
 import urllib.request
 
 import pytest
-from engine import outputs, real_node_stack
+from engine import outputs, real_node_stack, up_converged
 from pulumi import automation as auto
 from realnode_fixtures import get, wait_until
 
@@ -60,7 +60,7 @@ def test_the_stand_ins_go_unit_tests_pass():
 
 def test_1_up_runs_the_six_parts_on_the_node(real):
     cluster, node = real["cluster"], real["node"]
-    real["stack"].up(on_output=lambda _: None)
+    up_converged(real["stack"])
     assert outputs(real["stack"])["phase"] == "Running"
     pods = _pods(cluster)
     assert sorted(p["metadata"]["labels"]["app.kubernetes.io/name"] for p in pods) == sorted(fakenightingale.PARTS)

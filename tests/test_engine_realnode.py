@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 import pytest
-from engine import changes, outputs, real_node_stack
+from engine import changes, outputs, real_node_stack, up_converged
 from engine import node as node_object
 from pulumi import automation as auto
 from realnode_fixtures import apply, shell_pod, wait_pod_phase, wait_until
@@ -61,7 +61,7 @@ def test_1_up_brings_the_seed_up_on_the_real_node_and_gcus_become_allocatable(re
     before = wait_pod_phase(real.cluster, real.node, "default", "before", ("Running",))
     started = before["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
     containerd = real.node.containerd_pid()
-    real.stack.up(on_output=lambda _: None)
+    up_converged(real.stack)
     out = real.outputs()
     assert out["phase"] == "Running" and out["readyResource"] == "5/5", out
     assert out["clusterGCUNodes"] == [NODE]
@@ -86,7 +86,7 @@ def test_2_a_pod_asking_for_one_gcu_runs_and_sees_its_device_file(real):
 
 def test_3_a_second_up_changes_and_restarts_nothing(real):
     containerd = real.node.containerd_pid()
-    result = real.stack.up(on_output=lambda _: None)
+    result = up_converged(real.stack)
     assert changes(result.summary.resource_changes) == {}
     assert real.node.containerd_pid() == containerd
 

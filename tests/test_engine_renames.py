@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from engine import GCU_NODE_LABELS, engine_stack, outputs, set_json_config
+from engine import GCU_NODE_LABELS, engine_stack, outputs, set_json_config, up_converged
 from harness import seed_spec
 from pulumi import automation as auto
 
@@ -200,7 +200,7 @@ def stack(tmp_path_factory):
 
 def up(stack: auto.Stack, spec: dict) -> dict:
     set_json_config(stack, "spec", spec)
-    result = stack.up(on_output=lambda _: None)
+    result = up_converged(stack)
     out = outputs(stack)
     assert out["phase"] == "Running", [(s["name"], s["status"]) for s in out["resourceStatuses"]]
     return result.summary.resource_changes

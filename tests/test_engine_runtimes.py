@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from engine import GCU_NODE_LABELS, GCUS, changes, engine_stack, outputs, set_json_config
+from engine import GCU_NODE_LABELS, GCUS, changes, engine_stack, outputs, set_json_config, up_converged
 from harness import CONTAINER_RUNTIME
 from pulumi import automation as auto
 from realservers import PROJECT_DIR, PYTHON, reload_count
@@ -101,7 +101,7 @@ def test_2_up_activates_each_node_through_its_own_runtime(mixed):
     pid = mixed.containerd.task_pid(mixed.workload)
     started = start_time(pid)
     reloads = reload_count(mixed.dockerd)
-    mixed.stack.up(on_output=lambda _: None)
+    up_converged(mixed.stack)
     out = outputs(mixed.stack)
     assert out["phase"] == "Running" and out["readyResource"] == "5/5"
     state = mixed.runtime_state(mixed.stack)
@@ -118,7 +118,7 @@ def test_2_up_activates_each_node_through_its_own_runtime(mixed):
 
 def test_3_a_second_up_with_nothing_changed_restarts_nothing(mixed):
     restarts, reloads = mixed.restarts(), reload_count(mixed.dockerd)
-    result = mixed.stack.up(on_output=lambda _: None)
+    result = up_converged(mixed.stack)
     assert changes(result.summary.resource_changes) == {}
     assert mixed.restarts() == restarts and reload_count(mixed.dockerd) == reloads
 
@@ -129,7 +129,7 @@ def test_4_refresh_shows_a_removed_dropin_and_up_repairs_it(mixed):
     drift = mixed.runtime_state(mixed.stack)["drift"]
     assert any(d.startswith("local-containerd:") and "99-enflame.toml is missing" in d for d in drift), drift
     restarts = mixed.restarts()
-    repaired = mixed.stack.up(on_output=lambda _: None)
+    repaired = up_converged(mixed.stack)
     assert changes(repaired.summary.resource_changes).get("update", 0) >= 1
     assert mixed.dropin.exists() and mixed.restarts() == restarts + 1
     assert mixed.cri_runtimes()["default"] == "enflame"

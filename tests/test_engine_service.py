@@ -13,7 +13,7 @@ import time
 
 import pytest
 from driver_fixtures import all_ready, apply, gcu_job
-from engine import GCU_NODE_LABELS, GCUS, engine_stack, set_json_config
+from engine import GCU_NODE_LABELS, GCUS, engine_stack, set_json_config, up_converged
 from harness import seed_spec
 from realnode_fixtures import wait_until
 from service_fixtures import running_service
@@ -31,7 +31,7 @@ def gum(tmp_path_factory):
         set_json_config(engine.stack, "spec", spec("1.0", "1.0.0"))
         set_json_config(engine.stack, "driverUpgrade", {"driverReadyTimeoutSeconds": 20})
         packs = {"policy_packs": [str(root / "project" / "policies")], "policy_pack_configs": [str(engine.policy_config)]}
-        engine.stack.up(on_output=lambda _: None, **packs)  # installed as `scripts/gcu-stack up` would
+        up_converged(engine.stack, **packs)  # installed as `scripts/gcu-stack up` would
         (root / "svc" / "state").mkdir(parents=True)
         shutil.copy(engine.policy_config, root / "svc" / "state" / f"policy-{NAME}.json")  # as scripts/gcu-stack keeps it
         env = {**os.environ, **engine.stack.workspace.env_vars}

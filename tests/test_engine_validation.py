@@ -10,7 +10,7 @@ The test plays the kubelet's part: it sets each node's allocatable.
 from __future__ import annotations
 
 import pytest
-from engine import GCU_NODE_LABELS, GCUS, changes, engine_stack, outputs, set_json_config
+from engine import GCU_NODE_LABELS, GCUS, changes, engine_stack, outputs, set_json_config, up_converged
 from harness import GCU_VALIDATION
 from pulumi import automation as auto
 from realservers import AuditLog
@@ -67,7 +67,7 @@ def test_2_warn_mode_lets_up_succeed_and_reports_the_node(e2e):
     stack, cluster = e2e
     configure(stack, mode="warn")
     lines: list[str] = []
-    stack.up(on_output=lines.append)
+    up_converged(stack, on_output=lines.append)
     out = outputs(stack)
     report = out["validation"]
     assert report["passed"] is False and report["mode"] == "warn" and report["resource"] == GCU
@@ -93,7 +93,7 @@ def test_3_once_the_node_advertises_its_gcus_the_next_up_validates_it(e2e):
     assert changed == {"gcu-validation"}, changed  # seen at preview time, from the node's capacity
     audit = AuditLog(cluster)
     audit.mark()
-    stack.up(on_output=lambda _: None)
+    up_converged(stack)
     out = outputs(stack)
     assert out["validation"]["passed"] is True and out["validation"]["failures"] == []
     assert {n: r["workload"] for n, r in out["validation"]["nodes"].items()} == {"gcu-node-1": "passed", "gcu-node-2": "passed"}
@@ -106,7 +106,7 @@ def test_4_an_up_with_nothing_changed_runs_no_pod(e2e):
     stack, cluster = e2e
     audit = AuditLog(cluster)
     audit.mark()
-    result = stack.up(on_output=lambda _: None)
+    result = up_converged(stack)
     assert changes(result.summary.resource_changes) == {}
     assert jobs_created(audit) == []
     assert outputs(stack)["phase"] == "Running"
@@ -115,7 +115,7 @@ def test_4_an_up_with_nothing_changed_runs_no_pod(e2e):
 def test_5_refresh_sees_a_node_that_lost_its_gcus_and_the_next_up_fails_naming_it(e2e):
     stack, cluster = e2e
     configure(stack, mode="fail")
-    stack.up(on_output=lambda _: None)  # a settings change validates again: both nodes pass
+    up_converged(stack)  # a settings change validates again: both nodes pass
     cluster.set_node_status("gcu-node-1", allocatable={GCU: None}, capacity={GCU: None})
     try:
         stack.refresh(on_output=lambda _: None)
@@ -128,5 +128,5 @@ def test_5_refresh_sees_a_node_that_lost_its_gcus_and_the_next_up_fails_naming_i
         assert leftovers(cluster) == []
     finally:
         cluster.set_node_status("gcu-node-1", allocatable={GCU: "4"}, capacity={GCU: "4"})
-    stack.up(on_output=lambda _: None)
+    up_converged(stack)
     assert outputs(stack)["phase"] == "Running"
