@@ -63,6 +63,20 @@ def toolchain_cli(env: dict[str, str]) -> auto.PulumiCommand:
     return auto.PulumiCommand(root=str(Path(env["PATH"].split(":")[0]).parent))
 
 
+def small_project(root: Path, name: str, program: str) -> tuple[Path, dict[str, str]]:
+    """A Pulumi project `name` of one `__main__.py` in root/project, on this checkout's venv, with its own Pulumi home
+    and file backend under root: (its folder, the environment its CLI runs with)."""
+    project = root / "project"
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text(f"name: {name}\nruntime:\n  name: python\n  options:\n"
+                                         "    toolchain: pip\n    virtualenv: .venv\n")
+    (project / "__main__.py").write_text(program)
+    (project / ".venv").symlink_to(PROJECT_DIR / ".venv")
+    for d in ("home", "backend"):
+        (root / d).mkdir()
+    return project, pulumi_env(root / "home", root / "backend")
+
+
 def stack_config(cluster, dockerd) -> dict[str, auto.ConfigValue]:
     runtime = {
         "transport": "local",

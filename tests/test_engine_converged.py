@@ -4,9 +4,8 @@ names what would change, and passes a program that converges (a real Pulumi CLI,
 import textwrap
 
 import pytest
-from engine import pulumi_env, toolchain_cli, up_converged
+from engine import small_project, toolchain_cli, up_converged
 from pulumi import automation as auto
-from realservers import PROJECT_DIR
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -40,15 +39,7 @@ PROGRAM = textwrap.dedent('''
 
 @pytest.fixture
 def stack(tmp_path):
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "Pulumi.yaml").write_text("name: converged\nruntime:\n  name: python\n  options:\n"
-                                         "    toolchain: pip\n    virtualenv: .venv\n")
-    (project / "__main__.py").write_text(PROGRAM)
-    (project / ".venv").symlink_to(PROJECT_DIR / ".venv")
-    for d in ("home", "backend"):
-        (tmp_path / d).mkdir()
-    env = pulumi_env(tmp_path / "home", tmp_path / "backend")
+    project, env = small_project(tmp_path, "converged", PROGRAM)
     workspace = auto.LocalWorkspace(work_dir=str(project), pulumi_home=str(tmp_path / "home"), env_vars=env,
                                     pulumi_command=toolchain_cli(env))
     stack = auto.Stack.create("converged", workspace)

@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from engine import pulumi_env
+from engine import small_project
 from realnode_fixtures import wait_until
 from realservers import PROJECT_DIR
 
@@ -108,17 +108,9 @@ def _marked(marker: str) -> list[int]:
 def project(tmp_path):
     """A one-resource project whose resource takes five minutes to create, and a way to start `pulumi up` on it: every
     process of the run carries a marker in its environment, so whatever outlives the test is found and killed."""
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "Pulumi.yaml").write_text("name: watched\nruntime:\n  name: python\n  options:\n"
-                                         "    toolchain: pip\n    virtualenv: .venv\n")
-    (project / "__main__.py").write_text(PROGRAM)
-    (project / ".venv").symlink_to(PROJECT_DIR / ".venv")
-    for d in ("home", "backend"):
-        (tmp_path / d).mkdir()
+    project, pulumi = small_project(tmp_path, "watched", PROGRAM)
     marker = f"GCU_ENGINE_WATCH_TEST={uuid.uuid4().hex}"
-    env = {**os.environ, **pulumi_env(tmp_path / "home", tmp_path / "backend"), "PYTHONPATH": str(PROJECT_DIR),
-           marker.split("=")[0]: marker.split("=")[1]}
+    env = {**os.environ, **pulumi, "PYTHONPATH": str(PROJECT_DIR), marker.split("=")[0]: marker.split("=")[1]}
     cli = str(Path(env["PATH"].split(":")[0]) / "pulumi")
 
     def up(watched: bool) -> tuple[subprocess.Popen, int]:
