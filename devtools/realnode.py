@@ -305,12 +305,24 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _ppid(pid: int) -> Optional[int]:
+def _stat_after_name(pid: int) -> list[str]:
+    """/proc/<pid>/stat's fields after the command name (state, ppid, ...); [] once the process is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _process_state(pid: int) -> str:
+    """The state letter (R, S, D, T, Z...); "" once the process is gone."""
+    fields = _stat_after_name(pid)
+    return fields[0] if fields else ""
+
+
+def _ppid(pid: int) -> Optional[int]:
+    fields = _stat_after_name(pid)
+    return int(fields[1]) if len(fields) > 1 else None
 
 
 def _all_pids() -> list[int]:

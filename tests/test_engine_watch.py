@@ -17,6 +17,7 @@ from realnode_fixtures import wait_until
 from realservers import PROJECT_DIR
 
 from components.providers.engine_watch import EXIT_ENGINE_GONE, engine_address, watch_engine
+from devtools.realnode import _all_pids, _process_state  # the project's one reading of /proc/<pid>/stat
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -84,23 +85,14 @@ PROGRAM = textwrap.dedent('''
 ''')
 
 
-def _state(pid: int) -> str:
-    """The process's state letter; "" once it is gone (Z: exited, not yet reaped by whoever adopted it)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return ""
-
-
 def _marked(marker: str) -> list[int]:
     found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{entry}/environ").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                pass
+    for pid in _all_pids():
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass
     return found
 
 
@@ -139,11 +131,11 @@ def test_a_provider_whose_cli_is_killed_stops_and_an_unwatched_one_would_carry_o
     os.kill(run.pid, signal.SIGKILL)   # the CLI alone: its plugins are in process groups of their own
     run.wait()
     time.sleep(8)   # more than the watch's three missed checks, a second apart
-    assert _state(provider) not in ("", "Z"), "without the watch the provider outlives its CLI: this test can fail"
+    assert _process_state(provider) not in ("", "Z"), "without the watch the provider outlives its CLI: this test can fail"
     os.kill(provider, signal.SIGKILL)
 
     run, provider = project(watched=True)
-    assert _state(provider) not in ("", "Z")
+    assert _process_state(provider) not in ("", "Z")
     os.kill(run.pid, signal.SIGKILL)
     run.wait()
-    wait_until(lambda: _state(provider) in ("", "Z"), 30, what=f"the provider (pid {provider}) to stop after its CLI was killed")
+    wait_until(lambda: _process_state(provider) in ("", "Z"), 30, what=f"the provider (pid {provider}) to stop after its CLI was killed")
