@@ -164,6 +164,8 @@ NODE_DEVICES = (("null", "666", 1, 3), ("zero", "666", 1, 5), ("full", "666", 1,
                 ("urandom", "666", 1, 9), ("tty", "666", 5, 0), ("kmsg", "644", 1, 11))
 # What runs in the node's namespaces besides containers (teardown's roots)
 NODE_PROGRAMS = {"containerd", "containerd-shim-runc-v2", "kubelet", "kube-proxy", "busybox", "runc", "nsenter", "unshare", "sh"}
+# In the environment of every process the node starts (value: its netns name), inherited by containerd's shims
+NODE_MARKER = "GCU_REALNODE"
 _CLONE_NEWNET = 0x40000000
 _LOCK = CACHE_DIR / "realnode.lock"
 _RUN_NETNS_MARKER = CACHE_DIR / "realnode-made-run-netns"
@@ -295,6 +297,15 @@ def _ns_inode(path: str) -> Optional[int]:
 
 def _proc_ns(pid: int, kind: str) -> Optional[int]:
     return _ns_inode(f"/proc/{pid}/ns/{kind}")
+
+
+def _carries_marker(pid: int, netns: str) -> bool:
+    """Whether the process was started by the node (its environment holds NODE_MARKER=<netns>, inherited)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"{NODE_MARKER}={netns}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
 
 
 def _cmdline(pid: int) -> str:
@@ -917,6 +928,7 @@ class RealNode(StartStop):
         self._write_state()
 
     def _spawn(self, what: str, argv: Sequence[Any], env: Optional[dict] = None) -> None:
+        env = {**(os.environ if env is None else env), NODE_MARKER: self.netns}
         proc = spawn(argv, self.log_dir / f"{what}.log", detach=self.detach, env=env)
         self.procs[what], self.pids[what] = proc, proc.pid
         self.state["pids"] = dict(self.pids)
@@ -1386,7 +1398,8 @@ def _node_pids(st: Mapping) -> set[int]:
     """Every process of the node: the node's programs in its network or mount namespace (containerd,
     its supervisor and shims, the kubelet, the holder) and their descendants, and whatever is in the
     cgroup of one of its containers."""
-    net_ino = _ns_inode(f"/run/netns/{st['netns']}") or st.get("net_ino")
+    pinned_net = _ns_inode(f"/run/netns/{st['netns']}")   # held by its /run/netns file: this inode is the node's
+    net_ino = pinned_net or st.get("net_ino")
     mnt_ino = st.get("mnt_ino")
     me = _ancestors(os.getpid())
     agent = (st.get("pids") or {}).get("agent")
@@ -1400,9 +1413,11 @@ def _node_pids(st: Mapping) -> set[int]:
             continue
         cmd = _cmdline(pid)
         if (net_ino and _proc_ns(pid, "net") == net_ino) or (mnt_ino and _proc_ns(pid, "mnt") == mnt_ino):
-            # a namespace inode can be reused once the node's namespace is gone: only the node's own
-            # programs count (containers are found as their descendants or by cgroup)
-            if os.path.basename(cmd.split(" ", 1)[0]) in NODE_PROGRAMS:
+            # A namespace inode is reused as soon as the namespace is gone (while teardown kills the node, a docker
+            # build's `sh` got its mount namespace's): only the node's own programs count (containers are found as
+            # their descendants or by cgroup), and by a recorded inode only those that carry the node's marker.
+            if os.path.basename(cmd.split(" ", 1)[0]) in NODE_PROGRAMS and (
+                    (pinned_net and _proc_ns(pid, "net") == pinned_net) or _carries_marker(pid, st["netns"])):
                 roots.add(pid)
     out = set()
     todo = list(roots)

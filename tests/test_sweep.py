@@ -159,3 +159,33 @@ def test_a_sweep_of_real_nodes_waits_while_another_process_holds_the_sweep_lock(
             raise
     assert sweep.wait(120) == 0
     assert "leftover(s) of killed runs removed" in sweep.stderr.read()
+
+
+def test_a_namespace_inode_reused_by_another_process_does_not_make_it_the_nodes(tmp_path):
+    """Once a real node's namespaces are gone their inode numbers are handed out again at once (a docker build's `sh`
+    got one while teardown was killing the node, and was SIGKILLed). A process in a namespace with a recorded inode
+    is the node's only if the node started it (its marker), unless the node's netns is still pinned in /run/netns."""
+    from devtools.realnode import NODE_MARKER, _node_pids, _proc_ns
+
+    netns = "gcurn-reused-inode-test"
+    stranger = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", "sleep 300; true"])
+    ours = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", "sleep 300; true"],
+                            env={**os.environ, NODE_MARKER: netns})
+    try:
+        for proc in (stranger, ours):   # unshare has exec'd sh in its new namespace
+            deadline = time.monotonic() + 10
+            while _proc_ns(proc.pid, "mnt") == _proc_ns(os.getpid(), "mnt") or \
+                    not pid_cmdline(proc.pid) or pid_cmdline(proc.pid)[0] != "sh":
+                assert time.monotonic() < deadline, "unshare did not start sh in a namespace of its own"
+                time.sleep(0.02)
+        # the recorded state of a node whose mount namespace inode is now the stranger's (its netns long gone)
+        state = {"name": "reused-inode-test", "netns": netns, "mnt_ino": _proc_ns(stranger.pid, "mnt"), "pids": {}}
+        assert stranger.pid not in _node_pids(state)
+        state["mnt_ino"] = _proc_ns(ours.pid, "mnt")
+        assert ours.pid in _node_pids(state), "a process the node started is still found by the recorded inode"
+    finally:
+        for proc in (stranger, ours):
+            _kill_outright([proc.pid] + [int(c) for c in
+                                         Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+                           if pid_alive(proc.pid) else [])
+            proc.wait()
