@@ -299,11 +299,11 @@ def _proc_ns(pid: int, kind: str) -> Optional[int]:
     return _ns_inode(f"/proc/{pid}/ns/{kind}")
 
 
-def _carries_marker(pid: int, netns: str) -> bool:
-    """Whether the process was started by the node (its environment holds NODE_MARKER=<netns>, inherited)."""
+def _environ_has(pid: int, entry: str) -> bool:
+    """Whether the process's environment holds `entry` ("NAME=value"); False once it is gone."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            return f"{NODE_MARKER}={netns}".encode() in f.read().split(b"\0")
+            return entry.encode() in f.read().split(b"\0")
     except OSError:
         return False
 
@@ -1417,7 +1417,7 @@ def _node_pids(st: Mapping) -> set[int]:
             # build's `sh` got its mount namespace's): only the node's own programs count (containers are found as
             # their descendants or by cgroup), and by a recorded inode only those that carry the node's marker.
             if os.path.basename(cmd.split(" ", 1)[0]) in NODE_PROGRAMS and (
-                    (pinned_net and _proc_ns(pid, "net") == pinned_net) or _carries_marker(pid, st["netns"])):
+                    (pinned_net and _proc_ns(pid, "net") == pinned_net) or _environ_has(pid, f"{NODE_MARKER}={st['netns']}")):
                 roots.add(pid)
     out = set()
     todo = list(roots)

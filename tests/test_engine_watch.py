@@ -17,7 +17,7 @@ from realnode_fixtures import wait_until
 from realservers import PROJECT_DIR
 
 from components.providers.engine_watch import EXIT_ENGINE_GONE, engine_address, watch_engine
-from devtools.realnode import _all_pids, _process_state  # the project's one reading of /proc/<pid>/stat
+from devtools.realnode import _all_pids, _environ_has, _process_state  # the project's one reading of /proc/<pid>/stat
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -86,14 +86,7 @@ PROGRAM = textwrap.dedent('''
 
 
 def _marked(marker: str) -> list[int]:
-    found = []
-    for pid in _all_pids():
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/environ").read_bytes():
-                found.append(pid)
-        except OSError:
-            pass
-    return found
+    return [pid for pid in _all_pids() if _environ_has(pid, marker)]
 
 
 @pytest.fixture
