@@ -12,6 +12,9 @@
 #               devtools/kube-proxy, into the same directory: adding it did not change the others' build id
 #   coredns     CoreDNS <version> (the real test nodes' cluster DNS) built from devtools/coredns (its main.go links the
 #               plugins a kubeadm Corefile uses) into $CACHE/coredns-<version>/bin/coredns
+#   containerd2 containerd <version> 2.x (containerd, containerd-shim-runc-v2, ctr) built from devtools/containerd2
+#               into $CACHE/containerd-<version>/bin/: its `config dump` proves the config versions 3 and 4 the
+#               runtime activation writes (tests/test_containerd_host.py)
 #   etcd        etcd server <version> built from Go modules with devtools/etcd into $CACHE/etcd-<version>/bin/etcd
 #               (if that fails: Debian's etcd-server 3.4, with a loud warning)
 #   kwok        sigs.k8s.io/kwok (simulated nodes) into $CACHE/kwok-<version>/bin/kwok, plus its default stages
@@ -54,6 +57,8 @@ KUBE_MOD_DIR="$REPO_DIR/devtools/go"
 PROXY_MOD_DIR="$REPO_DIR/devtools/kube-proxy"
 COREDNS_MOD_DIR="$REPO_DIR/devtools/coredns"
 ETCD_MOD_DIR="$REPO_DIR/devtools/etcd"
+CONTAINERD_MOD_DIR="$REPO_DIR/devtools/containerd2"
+CONTAINERD_BINS=(containerd containerd-shim-runc-v2 ctr)
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 KWOK_GO_MIN=1.26.0          # sigs.k8s.io/kwok v0.8.0's go line
 KUBE_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
@@ -69,6 +74,8 @@ required_version() {   # required_version GO.MOD MODULE -> the version in `requi
 K8S_VERSION="$(required_version "$KUBE_MOD_DIR/go.mod" k8s.io/kubernetes)"
 ETCD_VERSION="$(required_version "$ETCD_MOD_DIR/go.mod" go.etcd.io/etcd/server/v3)"
 COREDNS_VERSION="$(required_version "$COREDNS_MOD_DIR/go.mod" github.com/coredns/coredns)"
+CONTAINERD_VERSION="$(required_version "$CONTAINERD_MOD_DIR/go.mod" github.com/containerd/containerd/v2)"
+[ -n "$CONTAINERD_VERSION" ] || die "no 'require github.com/containerd/containerd/v2 vX' in $CONTAINERD_MOD_DIR/go.mod"
 [ -n "$COREDNS_VERSION" ] || die "no 'require github.com/coredns/coredns vX' in $COREDNS_MOD_DIR/go.mod"
 [ -n "$K8S_VERSION" ] || die "no 'require k8s.io/kubernetes vX' in $KUBE_MOD_DIR/go.mod"
 [ -n "$ETCD_VERSION" ] || die "no 'require go.etcd.io/etcd/server/v3 vX' in $ETCD_MOD_DIR/go.mod"
@@ -76,6 +83,7 @@ K8S_BIN="$CACHE_DIR/kubernetes-$K8S_VERSION/bin"
 ETCD_DIR="$CACHE_DIR/etcd-$ETCD_VERSION"
 KWOK_DIR="$CACHE_DIR/kwok-$KWOK_VERSION"
 COREDNS_BIN="$CACHE_DIR/coredns-$COREDNS_VERSION/bin"
+CONTAINERD_BIN="$CACHE_DIR/containerd-$CONTAINERD_VERSION/bin"
 K8S_MINOR="$(echo "$K8S_VERSION" | cut -d. -f2)"
 # What `kube-apiserver --version` and the /version endpoint report (as in an upstream release build).
 K8S_LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION \
@@ -138,7 +146,8 @@ go_step() {   # go_step MIN
 
 go_min_for_builds() {
   local m="$KWOK_GO_MIN" v
-  for v in "$(go_mod_go_line "$KUBE_MOD_DIR/go.mod")" "$(go_mod_go_line "$ETCD_MOD_DIR/go.mod")" "$(go_mod_go_line "$COREDNS_MOD_DIR/go.mod")"; do
+  for v in "$(go_mod_go_line "$KUBE_MOD_DIR/go.mod")" "$(go_mod_go_line "$ETCD_MOD_DIR/go.mod")" "$(go_mod_go_line "$COREDNS_MOD_DIR/go.mod")" \
+           "$(go_mod_go_line "$CONTAINERD_MOD_DIR/go.mod")"; do
     if [ -n "$v" ] && ! ver_ge "$m" "$v"; then m="$v"; fi
   done
   echo "$m"
@@ -151,26 +160,38 @@ kube_build_id() {
     echo "CGO_ENABLED=0 -trimpath $K8S_LDFLAGS"; } | sha256sum | cut -c1-16
 }
 
-kube_step() {
-  local t0 id b missing=() tmp
-  t0="$(now)"
-  id="$(kube_build_id)"
-  mkdir -p "$K8S_BIN"
-  if [ "$(cat "$K8S_BIN/.build-id" 2>/dev/null)" != "$id" ]; then
-    for b in "${KUBE_BINS[@]}"; do rm -f "$K8S_BIN/$b"; done
-    echo "$id" > "$K8S_BIN/.build-id"
+stale_or_missing() {   # stale_or_missing DIR ID BIN... : the BINs DIR lacks; all of them when its build id is not ID
+  local dir="$1" id="$2" b
+  shift 2
+  mkdir -p "$dir"
+  if [ "$(cat "$dir/.build-id" 2>/dev/null)" != "$id" ]; then
+    for b in "$@"; do rm -f "$dir/$b"; done
+    echo "$id" > "$dir/.build-id"
   fi
-  for b in "${KUBE_BINS[@]}"; do [ -x "$K8S_BIN/$b" ] || missing+=("$b"); done
-  if [ "${#missing[@]}" -eq 0 ]; then timing kubernetes "$(elapsed "$t0")" "v$K8S_VERSION cached (build id $id)"; return; fi
-  log "building ${missing[*]} v$K8S_VERSION from Go modules (devtools/go, build id $id); cold: 11 to 17 min on 2 cores"
-  tmp="$K8S_BIN/.tmp-$$"
+  for b in "$@"; do [ -x "$dir/$b" ] || echo "$b"; done
+}
+
+build_into() {   # build_into DIR MOD_DIR CMD_PREFIX BIN... : one `go build "${GO_BUILD_ARGS[@]}"` of CMD_PREFIX/BIN...
+  local dir="$1" mod="$2" prefix="$3" tmp b
+  shift 3
+  tmp="$dir/.tmp-$$"
   rm -rf "$tmp"; mkdir -p "$tmp"
   # One go build for all of them: the shared packages compile once and the links run side by side.
-  (cd "$KUBE_MOD_DIR" && go build -trimpath -ldflags "$K8S_LDFLAGS" -o "$tmp/" \
-     "${missing[@]/#/k8s.io/kubernetes/cmd/}") \
-    || { rm -rf "$tmp"; die "building ${missing[*]} from $KUBE_MOD_DIR failed (see above)"; }
-  for b in "${missing[@]}"; do mv -f "$tmp/$b" "$K8S_BIN/$b"; done
+  (cd "$mod" && go build "${GO_BUILD_ARGS[@]}" -o "$tmp/" "${@/#/$prefix}") \
+    || { rm -rf "$tmp"; die "building $* from $mod failed (see above)"; }
+  for b in "$@"; do mv -f "$tmp/$b" "$dir/$b"; done
   rm -rf "$tmp"
+}
+
+kube_step() {
+  local t0 id missing=()
+  t0="$(now)"
+  id="$(kube_build_id)"
+  mapfile -t missing < <(stale_or_missing "$K8S_BIN" "$id" "${KUBE_BINS[@]}")
+  if [ "${#missing[@]}" -eq 0 ]; then timing kubernetes "$(elapsed "$t0")" "v$K8S_VERSION cached (build id $id)"; return; fi
+  log "building ${missing[*]} v$K8S_VERSION from Go modules (devtools/go, build id $id); cold: 11 to 17 min on 2 cores"
+  GO_BUILD_ARGS=(-trimpath -ldflags "$K8S_LDFLAGS")
+  build_into "$K8S_BIN" "$KUBE_MOD_DIR" k8s.io/kubernetes/cmd/ "${missing[@]}"
   "$K8S_BIN/kube-apiserver" --version >&2
   timing kubernetes "$(elapsed "$t0")" "built ${missing[*]} v$K8S_VERSION (build id $id)"
 }
@@ -221,6 +242,29 @@ coredns_step() {
   mv -f "$COREDNS_BIN/coredns.tmp" "$COREDNS_BIN/coredns"
   echo "$id" > "$COREDNS_BIN/.build-id"
   timing coredns "$(elapsed "$t0")" "built v$COREDNS_VERSION (build id $id)"
+}
+
+# ------------------------------------------------------------------------------------------------ containerd 2
+containerd_build_id() {
+  { grep -v '^[[:space:]]*//' "$CONTAINERD_MOD_DIR/go.mod"; cat "$CONTAINERD_MOD_DIR/go.sum"
+    echo "CGO_ENABLED=0 -trimpath -s -w $CONTAINERD_TAGS"; } | sha256sum | cut -c1-16
+}
+# No cgo: the btrfs snapshotter (the one part that needs it) is left out, as the real nodes use native/overlayfs.
+CONTAINERD_TAGS="no_btrfs"
+
+containerd_step() {
+  local t0 id missing=()
+  t0="$(now)"
+  id="$(containerd_build_id)"
+  mapfile -t missing < <(stale_or_missing "$CONTAINERD_BIN" "$id" "${CONTAINERD_BINS[@]}")
+  if [ "${#missing[@]}" -eq 0 ]; then timing containerd2 "$(elapsed "$t0")" "v$CONTAINERD_VERSION cached (build id $id)"; return; fi
+  log "building ${missing[*]} v$CONTAINERD_VERSION from Go modules (devtools/containerd2, build id $id)"
+  # version.Version: what `containerd --version` and the CRI report, as in a release build
+  GO_BUILD_ARGS=(-trimpath -tags "$CONTAINERD_TAGS"
+                 -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=v$CONTAINERD_VERSION")
+  build_into "$CONTAINERD_BIN" "$CONTAINERD_MOD_DIR" github.com/containerd/containerd/v2/cmd/ "${missing[@]}"
+  "$CONTAINERD_BIN/containerd" --version >&2 || die "the containerd just built does not run"
+  timing containerd2 "$(elapsed "$t0")" "built ${missing[*]} v$CONTAINERD_VERSION (build id $id)"
 }
 
 # ------------------------------------------------------------------------------------------------ etcd
@@ -319,6 +363,9 @@ status() {
        "current $(proxy_build_id))"; else echo "  kube-proxy MISSING"; fi
   if [ -x "$COREDNS_BIN/coredns" ]; then echo "coredns: $COREDNS_BIN/coredns (v$COREDNS_VERSION, build id" \
        "$(cat "$COREDNS_BIN/.build-id" 2>/dev/null || echo none); current $(coredns_build_id))"; else echo "coredns: MISSING"; fi
+  for b in "${CONTAINERD_BINS[@]}"; do
+    if [ -x "$CONTAINERD_BIN/$b" ]; then echo "containerd2: $CONTAINERD_BIN/$b"; else echo "containerd2: $b MISSING"; fi
+  done
   etcd_bin="$ETCD_DIR/bin/etcd"
   if [ -x "$etcd_bin" ]; then echo "etcd: $etcd_bin ($("$etcd_bin" --version 2>/dev/null | head -n1))"
   elif [ -x /usr/bin/etcd ]; then echo "etcd: FALLBACK /usr/bin/etcd ($(/usr/bin/etcd --version 2>/dev/null | head -n1))"
@@ -397,6 +444,7 @@ case "$cmd" in
     kube_step
     kube_proxy_step
     coredns_step
+    containerd_step
     etcd_step
     kwok_step
     timing total "$(elapsed "$T_ALL")" "local Kubernetes toolchain ready"
