@@ -219,6 +219,20 @@ class RealNodeError(ComponentFailed):
 
 # --------------------------------------------------------------------------- toolchain
 
+def containerd2_version() -> str:
+    """The containerd 2 version scripts/toolchain/kube.sh builds: devtools/containerd2/go.mod's requirement."""
+    go_mod = PROJECT_DIR / "devtools" / "containerd2" / "go.mod"
+    found = re.search(r"^\s*(?:require\s+)?github\.com/containerd/containerd/v2\s+v(\S+)", go_mod.read_text(), re.M)
+    if not found:
+        raise ToolchainMissing(f"{go_mod} requires no github.com/containerd/containerd/v2 version")
+    return found.group(1)
+
+
+def containerd2_bin_dir() -> Path:
+    """kube.sh's containerd 2 build (containerd, ctr, the runc shim)."""
+    return CACHE_DIR / f"containerd-{containerd2_version()}" / "bin"
+
+
 def _exe(candidates: Iterable[str]) -> Optional[str]:
     for c in candidates:
         if not c:

@@ -1,9 +1,10 @@
-"""The enflame runtime on a real containerd 1.6.20: activation, exact restore, refusals, drift, the CRI client.
+"""The enflame runtime on a real containerd 1.6.20 (and 2.4 for config versions 3 and 4): activation, exact restore, refusals, drift, the CRI client.
 
 Every test that restarts containerd uses a private instance (devtools.containerd) whose
 restart command is `python -m devtools.containerd restart`, which logs each restart: that
-log is how "no restart" is counted. containerd 2.x (config version 3) cannot run here, so
-version 3 is tested at the file level (what is written, read back with tomllib).
+log is how "no restart" is counted. Config versions 3 and 4 (containerd 2.x) are tested at the file level here:
+what is written, read back with tomllib and by containerd 2.4's own `config dump` (built by kube.sh from
+devtools/containerd2).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from components.node import NODE_FILES, cri_client
 from components.node import containerd_host as ch
 from devtools import start_time
 from devtools.containerd import Containerd
+from devtools.realnode import containerd2_bin_dir
 
 NODE = "gcu-node-1"
 CRI = "io.containerd.grpc.v1.cri"
@@ -561,24 +563,50 @@ V3_CONFIG = (
 )
 
 
+# version 4 (containerd >= 2.2's `config default`): the servers' settings moved into plugins, the CRI's did not
+V4_CONFIG = V3_CONFIG.replace("version = 3\n", "version = 4\n") + (
+    "[plugins.'io.containerd.server.v1.grpc']\n"
+    "  address = '/run/containerd/containerd.sock'\n"
+)
+
+
+def containerd2_reads(config: Path) -> dict:
+    """The configuration containerd 2 itself builds from config.toml and its imports (`containerd config dump`)."""
+    out = subprocess.run([str(containerd2_bin_dir() / "containerd"), "--config", str(config), "config", "dump"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return tomllib.loads(out)
+
+
+@pytest.mark.parametrize("version, text", [(3, V3_CONFIG), (4, V4_CONFIG)])
 @pytest.mark.parametrize("set_default", [True, False])
-def test_version_3_gets_a_minimal_dropin_and_an_exact_restore(containerd, tmp_path, set_default):
-    """containerd 2.x merges imported sections: only the runtime goes into the drop-in (file level: no 2.x here)."""
+def test_versions_3_and_4_get_a_minimal_dropin_containerd_2_merges_and_an_exact_restore(containerd, tmp_path, set_default,
+                                                                                        version, text):
+    """containerd 2.x merges imported sections: only the runtime goes into the drop-in; containerd 2.4 reads it so."""
     config, dropin = tmp_path / "config.toml", tmp_path / "conf.d" / "99-enflame.toml"
-    config.write_text(V3_CONFIG)
+    config.write_text(text)
     h = host(containerd, config_toml=str(config), dropin=str(dropin), restart_command=["false"], set_default=set_default)
     result = ch.activate(h, "/usr/bin/enflame-runtime", mode="none")
-    assert result["version"] == 3
-    containerd_section = {"runtimes": {"enflame": {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": "/usr/bin/enflame-runtime"}}}}
+    assert result["version"] == version
+    enflame = {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": "/usr/bin/enflame-runtime"}}
+    containerd_section = {"runtimes": {"enflame": enflame}}
     if set_default:
         containerd_section["default_runtime_name"] = "enflame"
-    assert tomllib.loads(dropin.read_text()) == {"version": 3, "plugins": {V3: {"containerd": containerd_section}}}
-    assert tomllib.loads(config.read_text()) == {**tomllib.loads(V3_CONFIG), "imports": [str(dropin)]}
-    assert config.read_text() == V3_CONFIG.replace("root = '/var/lib/containerd'\n", f"root = '/var/lib/containerd'\nimports = [\"{dropin}\"]\n")
+    assert tomllib.loads(dropin.read_text()) == {"version": version, "plugins": {V3: {"containerd": containerd_section}}}
+    assert tomllib.loads(config.read_text()) == {**tomllib.loads(text), "imports": [str(dropin)]}
+    assert config.read_text() == text.replace("root = '/var/lib/containerd'\n", f"root = '/var/lib/containerd'\nimports = [\"{dropin}\"]\n")
+    # What containerd 2 makes of it: the runtime added, every other CRI setting as config.toml has it.
+    merged = containerd2_reads(config)["plugins"]
+    runtimes = merged[V3]["containerd"]["runtimes"]
+    assert runtimes["enflame"]["runtime_type"] == enflame["runtime_type"]
+    assert runtimes["enflame"]["options"]["BinaryName"] == "/usr/bin/enflame-runtime" and "runc" in runtimes
+    assert merged[V3]["containerd"]["default_runtime_name"] == ("enflame" if set_default else "runc")
+    assert merged["io.containerd.cri.v1.images"]["snapshotter"] == "overlayfs"
+    assert merged[V3]["enable_selinux"] is False
     again = ch.activate(h, "/usr/bin/enflame-runtime", mode="none")
     assert again["changed"] is False
     ch.restore(h, result, mode="none")
-    assert config.read_text() == V3_CONFIG and not dropin.exists()
+    assert config.read_text() == text and not dropin.exists()
+    assert "enflame" not in containerd2_reads(config)["plugins"][V3]["containerd"]["runtimes"]
 
 
 def test_version_3_refuses_only_later_files_that_set_the_same_keys(containerd, tmp_path):
@@ -601,7 +629,7 @@ def test_version_3_refuses_only_later_files_that_set_the_same_keys(containerd, t
 @pytest.mark.parametrize("text, fragment", [
     ("version = 1\n", "config version 1"),
     ('root = "/var/lib/containerd"\n', "has no `version`"),
-    ("version = 4\n", "`version = 4`"),
+    ("version = 5\n", "`version = 5`"),
     ('version = 2\ndisabled_plugins = ["cri"]\n', "disables containerd's CRI plugin"),
     ('version = 2\nimports = ["/nonexistent/x.toml"]\n', "which does not exist"),
 ])

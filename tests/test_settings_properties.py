@@ -73,7 +73,7 @@ SETTINGS = {
         "transport": st.sampled_from(["pod", "local"]), "runtimePath": PATHS, "timeoutSeconds": DURATIONS,
         "restartIn": st.sampled_from(["host", "container"]), "mode": st.sampled_from(["restart", "none", "reload"]),
         "configToml": PATHS, "dropin": PATHS, "address": SOCKETS, "restartCommand": COMMANDS,
-        "setDefaultRuntime": st.booleans(), "verifySeconds": DURATIONS, "configVersion": st.sampled_from([2, 3, 1])}),
+        "setDefaultRuntime": st.booleans(), "verifySeconds": DURATIONS, "configVersion": st.sampled_from([2, 3, 4, 1])}),
     "gcushareSchedulerNodePort": NODE_PORTS,
     "nightingaleWebNodePort": NODE_PORTS,
     "nightingaleStorage": QUANTITIES,

@@ -8,7 +8,7 @@ the operator's comments and layout.
 
     python3 containerd_host.py activate --runtime-path P [--config-toml F] [--dropin D] [--address SOCK]
                                         [--restart-command CMD] [--mode restart|none] [--no-default]
-                                        [--host-root /host] [--config-version 2|3] [--node N]
+                                        [--host-root /host] [--config-version 2|3|4] [--node N]
     python3 containerd_host.py restore  --state-json S [same path options]
     python3 containerd_host.py inspect  [--state-json S] [--runtime-path P] [same path options]
 
@@ -26,13 +26,13 @@ What changes on the host:
 * containerd is restarted (configurable command) only when either file's bytes changed,
   then the *running* daemon is asked over CRI (runtime.v1 Status) whether it knows the runtime.
 
-containerd merge semantics (checked with containerd 1.6.20 `config dump`): with config
+containerd merge semantics (checked with containerd 1.6.20's and 2.4.2's `config dump`): with config
 `version = 2` (containerd 1.x), an imported file's plugin section *replaces* the whole
 section loaded before it, so the drop-in carries the complete CRI plugin section in effect
 before it (config.toml's, or an earlier import's) plus the runtime; a `runtimes` table
 also replaces containerd's built-in one, so the built-in `runc` handler is spelled out
-when no file declared runtimes. With `version = 3` (containerd 2.x) imports merge, and the
-drop-in holds only the runtime.
+when no file declared runtimes. With `version = 3` (containerd 2.x) or `4` (2.2 and later, which
+moved only the servers' settings) imports merge, and the drop-in holds only the runtime.
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ b64, unb64 = hostfiles.b64, hostfiles.unb64
 
 RUNTIME_NAME = "enflame"
 RUNTIME_TYPE = "io.containerd.runc.v2"
-CRI_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+# Config version -> the CRI plugin that holds the runtimes. 4 (containerd >= 2.2, `config default`) moved only the
+# gRPC/ttrpc/metrics servers into plugins; the CRI keeps version 3's layout and merge semantics.
+CRI_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime", 4: "io.containerd.cri.v1.runtime"}
 # What a `runtimes` table replaces in containerd 1.x: the built-in handler (containerd 1.6/1.7 default config).
 BUILTIN_RUNTIMES = {"runc": {"runtime_type": RUNTIME_TYPE}}
 MODES = ("restart", "none")
@@ -92,7 +94,7 @@ class ContainerdSettings:
     host_root: str = ""  # "/host" in a pod that mounts the host's directories there; file contents keep host paths
     label: str = "localhost"  # how errors name this host (the node name)
     verify_seconds: float = 30.0
-    config_version: Optional[int] = None  # for a missing config.toml: 2 or 3; None asks the running containerd
+    config_version: Optional[int] = None  # for a missing config.toml: 2, 3 or 4; None asks the running containerd
     working_dir: str = "/"  # containerd's working directory: containerd 1.x resolves relative glob imports there
 
 
@@ -135,15 +137,16 @@ def parse_toml(content: Optional[bytes], path: str, label: str) -> dict:
 
 
 def config_version(data: dict, exists: bool, path: str, label: str) -> Optional[int]:
-    """2 or 3 from the file; None when the file is missing or empty (containerd's defaults apply)."""
+    """2, 3 or 4 from the file; None when the file is missing or empty (containerd's defaults apply)."""
     if not exists or not data:
         return None
     version = data.get("version")
     if version is None:
         raise ContainerdConfigError(
             f"node {label}: {path} has no `version`: containerd reads such a file as config version 1, which gcu-stack "
-            "does not support; it was left untouched: add `version = 2` (containerd 1.6/1.7) or `version = 3` "
-            "(containerd 2.x) with the matching plugin names, then run `pulumi up` again"
+            "does not support; it was left untouched: add `version = 2` (containerd 1.6/1.7), `version = 3` "
+            "(containerd 2.x) or `version = 4` (containerd 2.2 and later) with the matching plugin names, then run "
+            "`pulumi up` again"
         )
     if version == 1:
         raise ContainerdConfigError(
@@ -152,7 +155,8 @@ def config_version(data: dict, exists: bool, path: str, label: str) -> Optional[
         )
     if version not in CRI_PLUGIN or isinstance(version, bool):
         raise ContainerdConfigError(
-            f"node {label}: {path} has `version = {version!r}`; gcu-stack supports 2 (containerd 1.6/1.7) and 3 (containerd 2.x); it was left untouched"
+            f"node {label}: {path} has `version = {version!r}`; gcu-stack supports 2 (containerd 1.6/1.7), 3 (containerd "
+            "2.x) and 4 (containerd 2.2 and later); it was left untouched"
         )
     return version
 
@@ -964,7 +968,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--mode", choices=MODES, default=os.environ.get("CONTAINERD_ACTIVATION", "restart"))
     parser.add_argument("--no-default", action="store_true", default=not _flag(os.environ.get("CONTAINERD_SET_DEFAULT", "true")),
                         help="add the runtime handler but leave containerd's default runtime as it is")
-    parser.add_argument("--config-version", type=int, choices=(2, 3), default=None, help="for a missing config.toml")
+    parser.add_argument("--config-version", type=int, choices=sorted(CRI_PLUGIN), default=None,
+                        help="for a missing config.toml")
     parser.add_argument("--working-dir", default="/", help="containerd's working directory (relative glob imports)")
     parser.add_argument("--verify-seconds", type=float, default=defaults.verify_seconds)
     args = parser.parse_args(argv)

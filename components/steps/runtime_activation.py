@@ -87,8 +87,9 @@ class ContainerdOptions(_RuntimeOptions):
     # gcu-operator made enflame the default runtime; false: only the `enflame` RuntimeClass selects it.
     set_default_runtime: bool = Field(CONTAINERD.set_default, alias="setDefaultRuntime")
     verify_seconds: float = Field(CONTAINERD.verify_seconds, alias="verifySeconds", gt=0)
-    # For a node without config.toml: the config version its containerd reads (2: 1.x, 3: 2.x); unset: ask it.
-    config_version: Optional[Literal[2, 3]] = Field(None, alias="configVersion")
+    # For a node without config.toml: the config version its containerd reads (2: 1.x, 3: 2.x, 4: 2.2 and later);
+    # unset: ask it (3 for any 2.x: every 2.x reads it).
+    config_version: Optional[Literal[2, 3, 4]] = Field(None, alias="configVersion")
 
     _paths = field_validator("runtime_path", "config_toml", "dropin", "address")(_absolute)
     _restart = field_validator("restart_command")(_command)
