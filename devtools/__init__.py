@@ -13,10 +13,12 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -117,6 +119,22 @@ def mounts_under(roots: Iterable[str]) -> list[str]:
     roots = [str(r).rstrip("/") for r in roots if r]
     inside = [m for m in mountpoints() if any(m == r or m.startswith(r + "/") for r in roots)]
     return sorted(inside, key=len, reverse=True)
+
+
+def overlay_mount_error(directory: Path) -> Optional[str]:
+    """Why an overlay with its upper directory in `directory` does not mount (None when it does): tried in a
+    mount namespace of its own, which goes with the probe, so the machine's mount table never sees it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    probe = Path(tempfile.mkdtemp(prefix=".overlay-probe-", dir=directory))
+    try:
+        for d in ("lower", "upper", "work", "merged"):
+            (probe / d).mkdir()
+        r = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "overlay", "overlay-probe",
+                            "-o", f"lowerdir={probe}/lower,upperdir={probe}/upper,workdir={probe}/work",
+                            str(probe / "merged")], capture_output=True, text=True, timeout=30)
+        return None if r.returncode == 0 else (r.stderr.strip() or f"mount exited {r.returncode}")
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
 
 
 def pid_cmdline(pid: int) -> list[str]:

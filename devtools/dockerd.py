@@ -1,7 +1,7 @@
 """A private, real dockerd (Debian ``docker.io`` 20.10) for tests.
 
     dockerd --config-file F --data-root D --exec-root E --pidfile P -H unix://SOCK
-            --iptables=false --bridge=none --storage-driver=vfs
+            --iptables=false --bridge=none --storage-driver=overlay2 (vfs where overlays do not mount)
 
 Nothing can be pulled here, so ``ensure_base_image()`` makes a base image with
 ``docker import`` of a static-busybox root filesystem (tarball cached under
@@ -36,7 +36,7 @@ import tarfile
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from devtools import CACHE_DIR, TOOLCHAIN_HINT, ToolchainMissing, exit_codes, kill_matching, kill_pid, pid_alive
+from devtools import CACHE_DIR, TOOLCHAIN_HINT, ToolchainMissing, exit_codes, kill_matching, kill_pid, overlay_mount_error, pid_alive
 from devtools.daemon import Daemon, daemon_cli
 
 BASE_IMAGE = "gcu-test-base:latest"
@@ -137,7 +137,7 @@ class Dockerd(Daemon):
     ADDRESS = "host"
 
     def __init__(self, workdir: Union[str, Path], *, config: Optional[dict] = None,
-                 storage_driver: str = "vfs", detach: bool = False, short_dir: Optional[Union[str, Path]] = None):
+                 storage_driver: Optional[str] = None, detach: bool = False, short_dir: Optional[Union[str, Path]] = None):
         super().__init__(workdir, find_binaries(), detach=detach, short_dir=short_dir)
         self.initial_config = dict(config or {})
         self.storage_driver = storage_driver
@@ -173,6 +173,8 @@ class Dockerd(Daemon):
         for stale in (self.socket, self.pidfile):
             if stale.exists():
                 stale.unlink()
+        if self.storage_driver is None:   # vfs copies the whole root filesystem for every layer and container
+            self.storage_driver = "vfs" if overlay_mount_error(self.data_root) else "overlay2"
         argv = [self.bins["dockerd"], "--config-file", self.config_file,
                 "--data-root", self.data_root, "--exec-root", self.exec_root,
                 "--pidfile", self.pidfile, "-H", self.host,

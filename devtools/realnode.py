@@ -35,7 +35,9 @@ What the node is made of (everything it writes lives under ``workdir``):
   ``workdir/var-log`` (pod logs, ``/var/log/containers``), ``/run`` is a tmpfs, with
   ``/run/containerd`` = ``workdir/run-containerd`` (socket, pid file, shim sockets, runc
   state) and ``/etc/containerd`` = ``workdir/containerd`` (config.toml, conf.d/): containerd
-  is where a node has it, for the toolkit's defaults. ``/dev`` is a tmpfs with the usual
+  is where a node has it, for the toolkit's defaults; ``/usr/local/enflame``, where the toolkit
+  installs the runtime, is ``workdir/usr-local-enflame`` (``/usr/local`` is an overlay whose
+  writes go to ``workdir/usr-local``). ``/dev`` is a tmpfs with the usual
   devices (null, zero, kmsg, pts, ...) and the stand-in GCUs ``/dev/gcu<N>`` (``fake_gcus``),
   so pods that mount the host's /dev (device plugin, exporter, driver) see the node's, and
   whatever they create there stays in the node. Every mount the kubelet and containerd make
@@ -47,7 +49,7 @@ What the node is made of (everything it writes lives under ``workdir``):
   values it wants, so it writes none of them.
 * **containerd** (Debian 1.6): own config (``version = 2``), root, state, gRPC socket
   (``/run/containerd/containerd.sock`` in the node, ``containerd_socket`` here), CRI with
-  ``restrict_oom_score_adj``, ``disable_apparmor``, the ``native`` snapshotter,
+  ``restrict_oom_score_adj``, ``disable_apparmor``, the ``overlayfs`` snapshotter,
   a local sandbox image (static busybox that sleeps; made here, no registry),
   CNI ``bridge`` + ``host-local`` + ``loopback`` from ``/usr/lib/cni``, pod network
   namespaces under its state dir, and ``imports = ["/etc/containerd/conf.d/*.toml"]``. It runs
@@ -126,6 +128,7 @@ from devtools import (
     log_tail,
     mountpoints,
     mounts_under,
+    overlay_mount_error,
     owner,
     owner_alive,
     pid_alive,
@@ -157,7 +160,7 @@ KERNEL_TUNABLES = {
 # Paths the kubelet/containerd would create on a host, kept inside the node; leftovers() checks them.
 HOST_PATHS_KEPT_INSIDE = ("/var/lib/kubelet", "/var/lib/cni", "/var/log/pods", "/var/log/containers",
                           "/run/containerd", "/opt/containerd", "/var/lib/containerd",
-                          "/usr/libexec/kubernetes", "/dev/termination-log", "/dev/gcu0")
+                          "/usr/libexec/kubernetes", "/dev/termination-log", "/dev/gcu0", "/usr/local/enflame")
 CNI_PLUGINS = ("bridge", "host-local", "loopback")
 # The node's own /dev: (name, mode, major, minor); kmsg for the kubelet's OOM watcher
 NODE_DEVICES = (("null", "666", 1, 3), ("zero", "666", 1, 5), ("full", "666", 1, 7), ("random", "666", 1, 8),
@@ -553,8 +556,8 @@ class RealNode(StartStop):
       ca_cert / ca_key: the cluster CA; when given, the kubelet gets its own client certificate
         (system:node:<name>, group system:nodes), as on a real cluster. Otherwise it uses `kubeconfig`.
       labels / taints: put on the Node at registration.
-      snapshotter: containerd snapshotter for the CRI ("native" as in REFERENCE.md; "overlayfs" is faster
-        where the filesystem allows it).
+      snapshotter: containerd snapshotter for the CRI ("overlayfs": images unpack and containers start without
+        copying their files, which "native", as in REFERENCE.md, does for every layer and every container).
       detach: processes outlive this Python process (CLI). Otherwise the kubelet and containerd get SIGKILL
         when it dies, and the node's agent then removes everything else.
       delete_node_on_stop: stop() deletes the Node object.
@@ -566,7 +569,7 @@ class RealNode(StartStop):
     def __init__(self, workdir: Union[str, Path], name: str, kubeconfig: Union[str, Path], *,
                  ca_cert: Optional[Union[str, Path]] = None, ca_key: Optional[Union[str, Path]] = None,
                  labels: Optional[Mapping[str, str]] = None, taints: Sequence[Mapping[str, str]] = (),
-                 snapshotter: str = "native", detach: bool = False, delete_node_on_stop: bool = True,
+                 snapshotter: str = "overlayfs", detach: bool = False, delete_node_on_stop: bool = True,
                  fake_gcus: int = 0, kubelet_verbosity: int = 2,
                  extra_kubelet_config: Optional[Mapping[str, Any]] = None):
         if os.geteuid() != 0:
@@ -683,6 +686,11 @@ class RealNode(StartStop):
     @property
     def var_log(self) -> Path:
         return self.workdir / "var-log"
+
+    @property
+    def usr_local_enflame(self) -> Path:
+        """The node's /usr/local/enflame (where the toolkit's pod installs the enflame runtime), seen from here."""
+        return self.workdir / "usr-local-enflame"
 
     @property
     def kubelet_root(self) -> Path:
@@ -883,7 +891,14 @@ class RealNode(StartStop):
     # -- mount namespace
     def _setup_mount_namespace(self) -> None:
         tc = self.toolchain
-        for d in (self.var_lib, self.var_log, self.workdir / "sysctl", self.kubelet_root / "device-plugins"):
+        overlay_error = overlay_mount_error(self.workdir)
+        if overlay_error:
+            raise RealNodeError(f"real node {self.name}: overlay mounts do not work in {self.workdir} ({overlay_error}); "
+                                "the node's /usr/local is one, and so are its containers' root filesystems: give it a "
+                                "workdir on ext4, xfs or tmpfs")
+        usr_local = self.workdir / "usr-local"
+        for d in (self.var_lib, self.var_log, self.workdir / "sysctl", self.kubelet_root / "device-plugins",
+                  usr_local / "upper", usr_local / "work", self.usr_local_enflame):
             d.mkdir(parents=True, exist_ok=True)
         self.state["host_paths_before"] = [p for p in HOST_PATHS_KEPT_INSIDE if os.path.lexists(p)]
         missing = [str(r) for r in _cgroup_roots() if not (r / K8S_NAMESPACE).exists()]
@@ -916,6 +931,12 @@ class RealNode(StartStop):
             f"mkdir -p /run/containerd && mount --bind '{self.run_containerd_dir}' /run/containerd",
             f"mount --bind '{self.var_lib}' /var/lib",
             f"mount --bind '{self.var_log}' /var/log",
+            # A /usr/local/enflame of its own, so nodes side by side (and the machine) do not share the runtime the
+            # toolkit installs; the overlay (writes go to the node's directory) makes its mount point where the
+            # machine has none without creating it there.
+            f"mount -t overlay gcu-realnode-usr-local -o 'lowerdir=/usr/local,upperdir={usr_local}/upper,"
+            f"workdir={usr_local}/work' /usr/local",
+            f"mkdir -p /usr/local/enflame && mount --bind '{self.usr_local_enflame}' /usr/local/enflame",
         ]
         # A /dev of its own: what a pod does to the node's /dev (a driver creating device nodes, the
         # kubelet's /dev/termination-log over a hostPath /dev) stays in the node; fake GCUs live there.
@@ -1831,7 +1852,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     up.add_argument("--ca-key", help="cluster CA key: the kubelet then gets a system:node:<name> certificate")
     up.add_argument("--fake-gcus", type=int, default=0, metavar="N",
                     help="stand-in GCUs: character devices /dev/gcu0.. in the node's own /dev")
-    up.add_argument("--snapshotter", default="native", help="containerd snapshotter (native; overlayfs is faster)")
+    up.add_argument("--snapshotter", default="overlayfs", help="containerd snapshotter (overlayfs; native copies files)")
     up.add_argument("--timeout", type=float, default=180.0)
     imp = sub.add_parser("import-image", help="import images into the node's containerd")
     imp.add_argument("--state-dir", required=True)

@@ -64,8 +64,16 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(scope="module")
 def real_node_machine():
-    """The whole module holds the machine's real-node lock (realnode_fixtures.real_node_machine_lock)."""
+    """The whole module holds the machine's real-node lock exclusively (realnode_fixtures.real_node_machine_lock):
+    it compares the machine before and after its node."""
     with real_node_machine_lock():
+        yield
+
+
+@pytest.fixture(scope="module")
+def real_node_shared():
+    """The whole module holds the machine's real-node lock shared: its node keeps to itself."""
+    with real_node_machine_lock(shared=True):
         yield
 
 

@@ -175,18 +175,14 @@ def engine_stack(root: Path, nodes: list, name: str, *, audit: bool = False, che
         destroy(stack, check=check_destroy)
 
 
-HOST_RUNTIME_DIR = Path("/usr/local/enflame")  # the toolkit installs the runtime on the host there
-
-
 @contextmanager
 def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, name: str) -> Iterator[tuple[Any, Any, auto.Stack]]:
     """`local_servers` (one simulated CPU node) with a real GCU node `node_name` (4 stand-in GCUs, `labels`) that
     has the stand-in images of devtools/standin_node.py, and a stack `name` deploying `spec` with them; yields
     (cluster, node, stack) before anything is deployed. The servers, the images and the stack are made before the
-    machine's real-node lock is taken (they touch nothing machine-wide), the node after. When the block ends
-    normally the stack is destroyed; however it ends, the scheduler leaves the node's network (restart_scheduler may
-    have put it there), the node stops and must leave nothing behind, and the runtime the toolkit installed on the
-    host goes unless it was there before."""
+    machine's real-node lock is taken (shared: the node keeps to itself, /usr/local/enflame included), the node
+    after. When the block ends normally the stack is destroyed; however it ends, the scheduler leaves the node's
+    network (restart_scheduler may have put it there) and the node stops and must leave nothing behind."""
     from realnode_fixtures import real_node_machine_lock
 
     from devtools import standin_node
@@ -199,8 +195,7 @@ def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, nam
         stack.remove_config("gcu-stack:dockerRuntime")
         set_json_config(stack, "spec", spec)
         set_json_config(stack, "containerd", standin_node.containerd_settings())
-        with real_node_machine_lock():
-            had_runtime_dir = HOST_RUNTIME_DIR.exists()
+        with real_node_machine_lock(shared=True):
             node = RealNode.for_cluster(cluster, root / "node", node_name, labels=labels, fake_gcus=4)
             try:
                 node.start()
@@ -211,8 +206,6 @@ def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, nam
                 if cluster.scheduler_address != "127.0.0.1":
                     cluster.restart_scheduler()
                 left = node.stop()
-                if not had_runtime_dir:
-                    shutil.rmtree(HOST_RUNTIME_DIR, ignore_errors=True)
                 assert left == [] and not any(node.leftovers().values()), (left, node.leftovers())
 
 

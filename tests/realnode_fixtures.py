@@ -22,14 +22,15 @@ GCU_RESOURCE = "enflame.com/gcu"
 
 
 @contextmanager
-def real_node_machine_lock() -> Iterator[None]:
-    """Held while a test module has real nodes: they take machine-wide things (/run/netns, the host's
-    /usr/local/enflame through the toolkit pod) and their tests compare the machine before and after, so with
-    parallel workers (scripts/test.sh) one module at a time has them. What touches none of that (a control plane,
-    a private dockerd, image builds) is better done before taking it: the modules wait for each other here."""
+def real_node_machine_lock(*, shared: bool = False) -> Iterator[None]:
+    """The machine's real-node lock, for test modules with real nodes under parallel workers (scripts/test.sh).
+    Nodes keep to themselves (their network, mounts, /dev, /usr/local/enflame), so modules that only use their own
+    node hold it `shared` and run side by side; a module that compares the machine before and after (its links,
+    /run/netns) holds it exclusively. What touches none of that (a control plane, a private dockerd, image builds)
+    is better done before taking it."""
     lock_path = Path(tempfile.gettempdir()) / "gcu-stack-real-nodes.lock"
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         try:
             yield
         finally:

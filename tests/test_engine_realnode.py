@@ -69,6 +69,8 @@ def test_1_up_brings_the_seed_up_on_the_real_node_and_gcus_become_allocatable(re
     assert out["validation"]["passed"] is True and out["validation"]["nodes"][NODE]["workload"] == "passed"
     # The toolkit's pod activated enflame in this node's containerd, and containerd restarted for it.
     assert real.cri()["default"] == "enflame" and real.node.containerd_pid() != containerd
+    # ... with the runtime it installed in the node's /usr/local/enflame, which is the node's own.
+    assert (real.node.usr_local_enflame / "bin" / "enflame-container-runtime").is_file()
     after = json.loads(real.cluster.kubectl("get", "pod", "before", "-o", "json").stdout)
     assert after["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] == started
     assert after["status"]["containerStatuses"][0]["restartCount"] == 0

@@ -44,7 +44,7 @@ TIMES: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, real_node_machine):
+def cluster(tmp_path_factory, real_node_shared):
     sweep_machine()
     with LocalCluster(tmp_path_factory.mktemp("cluster"), nodes=[], audit=False,
                       extra_apiserver_args=["--kubelet-preferred-address-types=InternalIP,Hostname"]) as c:

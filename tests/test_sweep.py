@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools import mounts_under, pid_alive, pid_cmdline
+from devtools import mounts_under, overlay_mount_error, pid_alive, pid_cmdline
 from devtools.dockerd import BASE_IMAGE, Dockerd
 from devtools.localcluster import LocalCluster
 from devtools.sweep import SERVERS, sweep_etcd_tmpfs, sweep_servers
@@ -55,9 +55,19 @@ def test_a_killed_clusters_etcd_data_is_removed_from_dev_shm_and_a_live_ones_is_
         assert live.api.get("/version")["gitVersion"]                      # its etcd still serves
 
 
+def test_the_overlay_probe_mounts_in_a_namespace_of_its_own_and_leaves_nothing(tmp_path):
+    mounts_before = Path("/proc/self/mountinfo").read_text()
+    assert overlay_mount_error(tmp_path / "probe") is None
+    assert list((tmp_path / "probe").iterdir()) == [] and Path("/proc/self/mountinfo").read_text() == mounts_before
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(OSError):   # a workdir that cannot be made says so
+        overlay_mount_error(tmp_path / "file" / "probe")
+
+
 def test_a_killed_dockerds_mounts_processes_and_short_directory_go_and_a_live_ones_stay(tmp_path):
     with Dockerd(tmp_path / "live") as live:
         killed = Dockerd(tmp_path / "killed").start()
+        assert killed.storage_driver == "overlay2", "overlays mount here: the container's root is one more mount to sweep"
         killed.ensure_base_image()
         killed.docker("run", "-d", "--network", "none", BASE_IMAGE, "sleep", "600")
         short = killed.short_dir
