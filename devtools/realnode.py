@@ -47,13 +47,14 @@ What the node is made of (everything it writes lives under ``workdir``):
   Six kernel tunables the kubelet would otherwise set machine-wide (``kernel.panic``,
   ``vm.overcommit_memory``, ...) are shadowed in that namespace by files holding the
   values it wants, so it writes none of them.
-* **containerd** (Debian 1.6): own config (``version = 2``), root, state, gRPC socket
+* **containerd** 2 (built from ``devtools/containerd2`` by kube.sh; config ``version = 3``), or
+  Debian's 1.6 with ``GCU_NODE_CONTAINERD=1.6`` (``version = 2``): own config, root, state, gRPC socket
   (``/run/containerd/containerd.sock`` in the node, ``containerd_socket`` here), CRI with
-  ``restrict_oom_score_adj``, ``disable_apparmor``, the ``overlayfs`` snapshotter,
+  ``restrict_oom_score_adj``, ``disable_apparmor``, the ``overlayfs`` snapshotter, NRI off,
   a local sandbox image (static busybox that sleeps; made here, no registry),
   CNI ``bridge`` + ``host-local`` + ``loopback`` from ``/usr/lib/cni``, pod network
   namespaces under its state dir, and ``imports = ["/etc/containerd/conf.d/*.toml"]``. It runs
-  under a restart-always loop (a service, as systemd would run it): containerd 1.6 does not
+  under a restart-always loop (a service, as systemd would run it): containerd does not
   reload its config, so runtime activation stops it (``restart_containerd()`` here, or from a
   hostPID pod ``kill $(cat /run/containerd/containerd.pid)``) and it comes back; containers
   keep running.
@@ -138,6 +139,11 @@ from devtools import (
 
 K8S_VERSION = os.environ.get("GCU_K8S_VERSION", "1.33.4")
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+# The nodes' containerd: "2" (config version 3; built from devtools/containerd2 by kube.sh) or "1.6" (Debian's,
+# config version 2), each with the config format its version reads.
+NODE_CONTAINERD = os.environ.get("GCU_NODE_CONTAINERD", "2")
+CONTAINERD_FIX = {"2": f"{TOOLCHAIN_HINT} (it builds containerd 2 from devtools/containerd2)",
+                  "1.6": "apt-get install containerd"}
 
 NETNS_PREFIX = "gcurn-"
 LINK_PREFIX = "grn"
@@ -246,16 +252,24 @@ def _exe(candidates: Iterable[str]) -> Optional[str]:
     return None
 
 
+def containerd_bin_dir() -> Path:
+    """Where the node's containerd, ctr and runc shim come from: kube.sh's containerd 2 build, or Debian's 1.6."""
+    if NODE_CONTAINERD not in CONTAINERD_FIX:
+        raise ToolchainMissing(f"GCU_NODE_CONTAINERD={NODE_CONTAINERD!r}: say 2 (containerd {containerd2_version()}, "
+                               "built by scripts/toolchain.sh kube) or 1.6 (Debian's containerd package)")
+    return containerd2_bin_dir() if NODE_CONTAINERD == "2" else Path("/usr/bin")
+
+
 def find_toolchain() -> dict:
     """kubelet, containerd (+ctr, shim, runc), CNI plugins, iproute2, util-linux, a static busybox, openssl."""
     kube_dir = Path(os.environ.get("GCU_KUBE_BIN_DIR") or CACHE_DIR / f"kubernetes-{K8S_VERSION}" / "bin")
+    containerd_dir = containerd_bin_dir()
     found = {
         "kubelet": _exe([os.environ.get("GCU_KUBELET_BIN", ""), str(kube_dir / "kubelet")]),
         "kube-proxy": _exe([os.environ.get("GCU_KUBE_PROXY_BIN", ""), str(kube_dir / "kube-proxy")]),
         "iptables": _exe(["/usr/sbin/iptables", "/sbin/iptables", "iptables"]),
-        "containerd": _exe([os.environ.get("GCU_CONTAINERD_BIN", ""), "/usr/bin/containerd", "containerd"]),
-        "ctr": _exe(["/usr/bin/ctr", "ctr"]),
-        "containerd-shim-runc-v2": _exe(["/usr/bin/containerd-shim-runc-v2", "containerd-shim-runc-v2"]),
+        **{b: _exe([str(containerd_dir / b)] + ([] if NODE_CONTAINERD == "2" else [b]))
+           for b in ("containerd", "ctr", "containerd-shim-runc-v2")},
         "runc": _exe(["/usr/sbin/runc", "/usr/bin/runc", "runc"]),
         "ip": _exe(["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "ip"]),
         "nsenter": _exe(["/usr/bin/nsenter", "nsenter"]),
@@ -269,8 +283,8 @@ def find_toolchain() -> dict:
     fixes = {"kubelet": f"{TOOLCHAIN_HINT} (it builds kubelet {K8S_VERSION} into {kube_dir})",
              "kube-proxy": f"{TOOLCHAIN_HINT} (it builds kube-proxy {K8S_VERSION} into {kube_dir})",
              "iptables": "apt-get install iptables",
-             "containerd": "apt-get install containerd", "ctr": "apt-get install containerd",
-             "containerd-shim-runc-v2": "apt-get install containerd", "runc": "apt-get install runc",
+             **dict.fromkeys(("containerd", "ctr", "containerd-shim-runc-v2"), CONTAINERD_FIX[NODE_CONTAINERD]),
+             "runc": "apt-get install runc",
              "ip": "apt-get install iproute2", "nsenter": "apt-get install util-linux",
              "unshare": "apt-get install util-linux", "mount": "apt-get install mount",
              "umount": "apt-get install mount", "busybox": "apt-get install busybox-static",
@@ -282,6 +296,74 @@ def find_toolchain() -> dict:
         raise ToolchainMissing("real node toolchain incomplete, missing: " + "; ".join(missing))
     found["cni_dir"] = str(cni_dir)
     return found
+
+
+# --------------------------------------------------------------------------- containerd's configuration
+
+def containerd_config_text(version: int, *, root: Path, state: Path, opt: Path, imports: str, pause_ref: str,
+                           snapshotter: str, cni_bin_dir: str, cni_conf_dir: Path) -> str:
+    """The node's config.toml: the same settings in containerd 1.6's format (``version = 2``, one CRI plugin) or
+    containerd 2's (``version = 3``: the CRI split into runtime, images and the gRPC server's own settings)."""
+    head = f"""version = {version}
+root = "{root}"
+state = "{state}"
+imports = ["{imports}"]
+oom_score = 0
+disabled_plugins = [{'"io.containerd.snapshotter.v1.aufs", ' if version == 2 else ""}"io.containerd.snapshotter.v1.btrfs",
+                    "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = "{NODE_CONTAINERD_SOCKET}"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{opt}"
+"""
+    runtime_settings = """restrict_oom_score_adj = true
+  disable_apparmor = true
+  netns_mounts_under_state_dir = true"""
+    runtimes = ('default_runtime_name = "runc"\n'
+                '    [{section}.containerd.runtimes.runc]\n'
+                '      runtime_type = "io.containerd.runc.v2"')
+    if version == 2:
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        return head + f"""
+[{cri}]
+  sandbox_image = "{pause_ref}"
+  {runtime_settings}
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [{cri}.containerd]
+    snapshotter = "{snapshotter}"
+    {runtimes.format(section=cri)}
+  [{cri}.cni]
+    bin_dir = "{cni_bin_dir}"
+    conf_dir = "{cni_conf_dir}"
+    max_conf_num = 1
+"""
+    runtime, images = 'plugins."io.containerd.cri.v1.runtime"', 'plugins."io.containerd.cri.v1.images"'
+    return head + f"""
+[{runtime}]
+  {runtime_settings}
+  [{runtime}.containerd]
+    {runtimes.format(section=runtime)}
+  [{runtime}.cni]
+    bin_dirs = ["{cni_bin_dir}"]
+    conf_dir = "{cni_conf_dir}"
+    max_conf_num = 1
+
+[{images}]
+  snapshotter = "{snapshotter}"
+  [{images}.pinned_images]
+    sandbox = "{pause_ref}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+# NRI (on by default in containerd 2) would put its socket in the machine's /var/run/nri: no plugin here uses it
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
+"""
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -985,40 +1067,16 @@ class RealNode(StartStop):
                 {"type": "loopback"},
             ]}, indent=2) + "\n")
         _, pause_ref = sandbox_image_archive(self.toolchain["busybox"])
-        cri = 'plugins."io.containerd.grpc.v1.cri"'
-        self.containerd_config.write_text(f"""\
-# containerd of the gcu-stack real node {self.name} (devtools/realnode.py)
-version = 2
-root = "{d / 'root'}"
-state = "{d / 'state'}"
-imports = ["{self.node_conf_d}/*.toml"]
-oom_score = 0
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-                    "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+        self.containerd_config.write_text(
+            f"# containerd of the gcu-stack real node {self.name} (devtools/realnode.py)\n" + containerd_config_text(
+                self.containerd_config_version, root=d / "root", state=d / "state", opt=d / "opt",
+                imports=f"{self.node_conf_d}/*.toml", pause_ref=pause_ref, snapshotter=self.snapshotter,
+                cni_bin_dir=self.toolchain["cni_dir"], cni_conf_dir=cni))
 
-[grpc]
-  address = "{NODE_CONTAINERD_SOCKET}"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d / 'opt'}"
-
-[{cri}]
-  sandbox_image = "{pause_ref}"
-  restrict_oom_score_adj = true
-  disable_apparmor = true
-  netns_mounts_under_state_dir = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [{cri}.containerd]
-    snapshotter = "{self.snapshotter}"
-    default_runtime_name = "runc"
-    [{cri}.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-  [{cri}.cni]
-    bin_dir = "{self.toolchain['cni_dir']}"
-    conf_dir = "{cni}"
-    max_conf_num = 1
-""")
+    @property
+    def containerd_config_version(self) -> int:
+        """3 for containerd 2 (its own format), 2 for containerd 1.6."""
+        return 3 if NODE_CONTAINERD == "2" else 2
 
     # containerd runs under a small supervisor loop, like a service with Restart=always: whatever stops
     # it (a toolkit pod activating a runtime: `kill $(cat /run/containerd/containerd.pid)`), it comes back.
@@ -1123,6 +1181,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         refs = list(refs)
         importer = [self.toolchain["ctr"], "-a", str(self.containerd_socket), "-n", K8S_NAMESPACE, "images",
                     "import", "--snapshotter", self.snapshotter]
+        if self.containerd_config_version == 3:   # ctr 2 imports through the transfer service, whose unpacker
+            importer.append("--local")             # knows only the default snapshotter: unpack here, as ctr 1.6 did
         docker_host = source if isinstance(source, str) and source.startswith(("unix://", "tcp://")) else \
             getattr(source, "host", None) if hasattr(source, "bins") else None
         what = ", ".join(refs) or str(source)

@@ -3,8 +3,8 @@
 Every test that restarts containerd uses a private instance (devtools.containerd) whose
 restart command is `python -m devtools.containerd restart`, which logs each restart: that
 log is how "no restart" is counted. Config versions 3 and 4 (containerd 2.x) are tested at the file level here:
-what is written, read back with tomllib and by containerd 2.4's own `config dump` (built by kube.sh from
-devtools/containerd2).
+what is written, read back with tomllib and by containerd 2.4's own `config dump` (the binary the real nodes run,
+built by kube.sh); the toolkit activating containerd 2 from its pod is test_engine_realnode.py's.
 """
 
 from __future__ import annotations

@@ -24,15 +24,25 @@ import subprocess
 import sys
 import textwrap
 import time
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from realnode_fixtures import GCU_RESOURCE, allocatable_gcus, apply, device_plugin_daemonset, get, shell_pod, wait_pod_phase, wait_until
 
-from devtools import clusterdns, fakegcu, imagebuild
+from devtools import clusterdns, fakegcu, imagebuild, mounts_under
 from devtools.localcluster import LocalCluster
-from devtools.realnode import CLUSTER_DNS_IP, RealNode, RealNodeError, leftovers, link_name, netns_name
+from devtools.realnode import (
+    CLUSTER_DNS_IP,
+    NODE_CONTAINERD,
+    RealNode,
+    RealNodeError,
+    containerd2_version,
+    leftovers,
+    link_name,
+    netns_name,
+)
 from devtools.sweep import sweep_machine
 
 pytestmark = pytest.mark.timeout(1800)
@@ -148,7 +158,11 @@ def test_the_node_registers_ready_with_its_labels(cluster, node):
     obj = get(cluster, "node", NODE)
     info = obj["status"]["nodeInfo"]
     assert info["kubeletVersion"] == "v1.33.4"
-    assert info["containerRuntimeVersion"].startswith("containerd://1.6.")
+    runtime = info["containerRuntimeVersion"]
+    if NODE_CONTAINERD == "2":
+        assert runtime.removeprefix("containerd://").lstrip("v") == containerd2_version(), runtime
+    else:
+        assert runtime.startswith("containerd://1.6."), runtime
     assert {"type": "InternalIP", "address": node.node_ip} in obj["status"]["addresses"]
     for key, value in GCU_LABELS.items():   # the second one is set through the API: a kubelet may not
         assert obj["metadata"]["labels"].get(key) == value
@@ -177,6 +191,20 @@ def test_the_node_keeps_its_network_and_mounts_to_itself(node, machine_before):
     # containerd is where a node has it (the toolkit's defaults), the machine's own config is not touched
     subprocess.run(node.in_node("sh", "-c", "test -S /run/containerd/containerd.sock && "
                                 f"cmp /etc/containerd/config.toml {node.containerd_config}"), check=True)
+    # containerd itself reads its configuration as written (version 3 on containerd 2: the CRI's parts apart)
+    dumped = tomllib.loads(subprocess.run([node.toolchain["containerd"], "--config", str(node.containerd_config),
+                                           "config", "dump"], capture_output=True, text=True, check=True).stdout)
+    plugins = dumped["plugins"]
+    if node.containerd_config_version == 3:
+        # the file stays as clusters on containerd 2.0/2.1 have it; 2.4 migrates it to its own version 4 on load
+        assert tomllib.loads(node.containerd_config.read_text())["version"] == 3 and dumped["version"] == 4
+        images = plugins["io.containerd.cri.v1.images"]
+        assert (images["snapshotter"], images["pinned_images"]["sandbox"]) == (node.snapshotter, node.sandbox_image)
+        assert plugins["io.containerd.cri.v1.runtime"]["cni"]["bin_dirs"] == [node.toolchain["cni_dir"]]
+        assert plugins["io.containerd.nri.v1.nri"]["disable"] is True
+    else:
+        cri = plugins["io.containerd.grpc.v1.cri"]
+        assert (cri["containerd"]["snapshotter"], cri["sandbox_image"]) == (node.snapshotter, node.sandbox_image)
     if machine_before["etc-containerd"] is not None:
         assert Path("/etc/containerd/config.toml").read_bytes() == machine_before["etc-containerd"]
     # The kernel tunables the kubelet wants are shadowed in the node, the machine's are untouched.
@@ -664,7 +692,7 @@ def test_no_api_server_is_a_clear_error_and_creates_nothing(tmp_path):
     assert not any(node.leftovers().values())
 
 
-def test_the_machine_is_as_before(machine_before):
+def test_the_machine_is_as_before(machine_before, tmp_path_factory):
     """After every real node of this module (also the killed ones): nothing of real nodes on the machine."""
     from devtools import realnode
 
@@ -678,7 +706,10 @@ def test_the_machine_is_as_before(machine_before):
     # unmounted one that an earlier run had left.)
     assert not (" /run/netns " in mountinfo and not machine_before["run-netns-mount"]) or others, \
         "a real node left /run/netns mounted"
-    assert "gcu-realnode" not in mountinfo and "realnode" not in mountinfo
+    # Nothing of ours mounted: not a node's own (gcu-realnode-*), nothing under this module's folders. (Other modules'
+    # servers run side by side: a dockerd's data root and overlays are mounted under their folders.)
+    assert "gcu-realnode" not in mountinfo
+    assert mounts_under([str(tmp_path_factory.getbasetemp())]) == []
     # the k8s.io cgroup parents real nodes made are gone unless another real node still runs
     assert not realnode._CGROUP_MARKER.exists() or others
     assert not any(Path("/dev").glob("gcu*")) and not os.path.lexists("/dev/termination-log")

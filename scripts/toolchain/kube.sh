@@ -12,9 +12,11 @@
 #               devtools/kube-proxy, into the same directory: adding it did not change the others' build id
 #   coredns     CoreDNS <version> (the real test nodes' cluster DNS) built from devtools/coredns (its main.go links the
 #               plugins a kubeadm Corefile uses) into $CACHE/coredns-<version>/bin/coredns
-#   containerd2 containerd <version> 2.x (containerd, containerd-shim-runc-v2, ctr) built from devtools/containerd2
-#               into $CACHE/containerd-<version>/bin/: its `config dump` proves the config versions 3 and 4 the
-#               runtime activation writes (tests/test_containerd_host.py)
+#   containerd2 containerd <version> 2.x (the real test nodes' container runtime: containerd, containerd-shim-runc-v2,
+#               ctr) built from devtools/containerd2 into $CACHE/containerd-<version>/bin/; its `config dump` also
+#               proves the config versions 3 and 4 the runtime activation writes (tests/test_containerd_host.py).
+#               Debian's containerd 1.6 stays for the private containerd of the runtime tests and for real nodes
+#               with GCU_NODE_CONTAINERD=1.6
 #   etcd        etcd server <version> built from Go modules with devtools/etcd into $CACHE/etcd-<version>/bin/etcd
 #               (if that fails: Debian's etcd-server 3.4, with a loud warning)
 #   kwok        sigs.k8s.io/kwok (simulated nodes) into $CACHE/kwok-<version>/bin/kwok, plus its default stages
