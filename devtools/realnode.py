@@ -1541,6 +1541,16 @@ def _rmdir(path: Path) -> bool:
     return True
 
 
+def _rmdir_cgroup_tree(cgroup: Path) -> bool:
+    """rmdir a cgroup's empty descendants, deepest first, then the cgroup; True when it is gone. A cgroup with
+    processes is never removed (rmdir refuses it). A container's cgroup can outlive it: runc on cgroup v1 has left a
+    cpuset one behind after containerd 2 deleted the container, under the k8s.io parent the last node removes."""
+    if cgroup.is_dir():
+        for sub in sorted((p for p in cgroup.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            _rmdir(sub)
+    return _rmdir(cgroup)
+
+
 def teardown(st: Mapping, *, delete_node: bool = False, procs: Optional[Mapping[str, subprocess.Popen]] = None,
              log=print) -> list[str]:
     """Remove every trace of the node described by `st` (a state dict; name/netns/link suffice for a
@@ -1609,7 +1619,7 @@ def teardown(st: Mapping, *, delete_node: bool = False, procs: Optional[Mapping[
                       if n.startswith(NETNS_PREFIX) and n != netns]
             roots = _CGROUP_MARKER.read_text().split()
             # while another node exists it may have containers there, or be about to: it removes them
-            left = roots if others else [r for r in roots if not _rmdir(Path(r) / K8S_NAMESPACE)]
+            left = roots if others else [r for r in roots if not _rmdir_cgroup_tree(Path(r) / K8S_NAMESPACE)]
             if left:
                 _CGROUP_MARKER.write_text("\n".join(left) + "\n")
             else:

@@ -144,6 +144,25 @@ def test_a_server_spawned_by_a_killed_busy_process_dies_with_it(tmp_path):
     assert _processes_naming(marker) == []
 
 
+def test_the_last_node_removes_container_cgroups_left_empty_under_k8s_io_and_never_one_with_a_process():
+    from devtools.realnode import _cgroup_roots, _rmdir_cgroup_tree
+
+    hierarchy = next(r for r in _cgroup_roots() if r.name != "cpuset")   # (cpuset takes a process only once set up)
+    parent = hierarchy / f"gcu-test-cgroups-{os.getpid()}"
+    empty, busy = parent / "empty-container" / "child", parent / "running-container"
+    empty.mkdir(parents=True)
+    busy.mkdir()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        (busy / "cgroup.procs").write_text(str(sleeper.pid))
+        assert _rmdir_cgroup_tree(parent) is False
+        assert not (parent / "empty-container").exists() and busy.is_dir() and sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert _rmdir_cgroup_tree(parent) is True and not parent.exists()
+
+
 def test_a_sweep_of_real_nodes_waits_while_another_process_holds_the_sweep_lock(tmp_path):
     """A test that kills a node to sweep it holds the lock in between: `python -m devtools.sweep` from a process
     with another GCU_CACHE_DIR (scripts/gcu-stack under test_setup_path, which sees no owner record) waits for it."""
