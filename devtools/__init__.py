@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -119,6 +120,12 @@ def mounts_under(roots: Iterable[str]) -> list[str]:
     roots = [str(r).rstrip("/") for r in roots if r]
     inside = [m for m in mountpoints() if any(m == r or m.startswith(r + "/") for r in roots)]
     return sorted(inside, key=len, reverse=True)
+
+
+def go_requirement(go_mod: Path, module: str) -> Optional[str]:
+    """The version (without its v) that a build module's go.mod requires of `module`; None if it requires none."""
+    found = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+v(\S+)", go_mod.read_text(), re.M)
+    return found.group(1) if found else None
 
 
 def overlay_mount_error(directory: Path) -> Optional[str]:

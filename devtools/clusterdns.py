@@ -15,14 +15,13 @@ import argparse
 import hashlib
 import io
 import os
-import re
 import sys
 import tarfile
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from devtools import CACHE_DIR, TOOLCHAIN_HINT
+from devtools import CACHE_DIR, TOOLCHAIN_HINT, go_requirement
 from devtools.realnode import CLUSTER_DNS_IP, CLUSTER_DOMAIN, KubeApi, RealNode, RealNodeError, one_layer_image_archive
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -57,10 +56,10 @@ class ClusterDnsError(RuntimeError):
 
 def version() -> str:
     """The CoreDNS version devtools/coredns/go.mod requires."""
-    found = re.search(r"^\s*(?:require\s+)?github\.com/coredns/coredns\s+v(\S+)", (MODULE_DIR / "go.mod").read_text(), re.M)
+    found = go_requirement(MODULE_DIR / "go.mod", "github.com/coredns/coredns")
     if not found:
         raise ClusterDnsError(f"no 'require github.com/coredns/coredns vX' in {MODULE_DIR / 'go.mod'}")
-    return found.group(1)
+    return found
 
 
 def binary() -> Path:

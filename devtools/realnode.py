@@ -124,6 +124,7 @@ from devtools import (
     StartStop,
     ToolchainMissing,
     exit_codes,
+    go_requirement,
     kill_pid,
     kubeapi,
     log_tail,
@@ -231,10 +232,10 @@ class RealNodeError(ComponentFailed):
 def containerd2_version() -> str:
     """The containerd 2 version scripts/toolchain/kube.sh builds: devtools/containerd2/go.mod's requirement."""
     go_mod = PROJECT_DIR / "devtools" / "containerd2" / "go.mod"
-    found = re.search(r"^\s*(?:require\s+)?github\.com/containerd/containerd/v2\s+v(\S+)", go_mod.read_text(), re.M)
+    found = go_requirement(go_mod, "github.com/containerd/containerd/v2")
     if not found:
         raise ToolchainMissing(f"{go_mod} requires no github.com/containerd/containerd/v2 version")
-    return found.group(1)
+    return found
 
 
 def containerd2_bin_dir() -> Path:
