@@ -11,7 +11,7 @@ import re
 from typing import Optional
 
 OLDEST_SUPPORTED = (1, 33)
-NEWEST_PROVEN = (1, 33)
+NEWEST_PROVEN = (1, 37)
 
 
 def _number(text: object) -> Optional[int]:

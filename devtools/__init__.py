@@ -26,6 +26,11 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 CACHE_DIR = Path(os.environ.get("GCU_CACHE_DIR") or Path.home() / ".cache" / "gcu-stack")
 TOOLCHAIN_HINT = "run scripts/toolchain/kube.sh (it installs/builds the local toolchain)"
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+# Which Kubernetes the local clusters and real nodes run, as scripts/toolchain/kube.sh reads it too: the newest the
+# suite is proven on (devtools/go), or, with GCU_KUBERNETES=oldest, the oldest supported one (its own build module).
+KUBERNETES_BUILD_MODULES = {"newest": PROJECT_DIR / "devtools" / "go",
+                            "oldest": PROJECT_DIR / "devtools" / "oldest-kubernetes" / "go"}
 
 
 class ToolchainMissing(RuntimeError):
@@ -126,6 +131,21 @@ def go_requirement(go_mod: Path, module: str) -> Optional[str]:
     """The version (without its v) that a build module's go.mod requires of `module`; None if it requires none."""
     found = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+v(\S+)", go_mod.read_text(), re.M)
     return found.group(1) if found else None
+
+
+def kubernetes_version() -> str:
+    """The Kubernetes version to run: GCU_K8S_VERSION when set (with GCU_KUBE_BIN_DIR, binaries built elsewhere),
+    else what the build module GCU_KUBERNETES names (newest or oldest; default newest) requires."""
+    if os.environ.get("GCU_K8S_VERSION"):
+        return os.environ["GCU_K8S_VERSION"].lstrip("v")
+    leg = os.environ.get("GCU_KUBERNETES") or "newest"
+    if leg not in KUBERNETES_BUILD_MODULES:
+        raise ToolchainMissing(f"GCU_KUBERNETES={leg!r}: it is one of {', '.join(KUBERNETES_BUILD_MODULES)}")
+    go_mod = KUBERNETES_BUILD_MODULES[leg] / "go.mod"
+    found = go_requirement(go_mod, "k8s.io/kubernetes")
+    if not found:
+        raise ToolchainMissing(f"{go_mod} requires no k8s.io/kubernetes version")
+    return found
 
 
 def overlay_mount_error(directory: Path) -> Optional[str]:

@@ -21,10 +21,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from devtools import CACHE_DIR, TOOLCHAIN_HINT, go_requirement
+from devtools import CACHE_DIR, PROJECT_DIR, TOOLCHAIN_HINT, go_requirement
 from devtools.realnode import CLUSTER_DNS_IP, CLUSTER_DOMAIN, KubeApi, RealNode, RealNodeError, one_layer_image_archive
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
 MODULE_DIR = PROJECT_DIR / "devtools" / "coredns"
 NAMESPACE = "kube-system"
 IMAGE_REPOSITORY = "gcu-stack.local/realnode-coredns"

@@ -35,6 +35,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -57,6 +58,7 @@ from devtools import (
     exit_codes,
     free_port,
     kill_pid,
+    kubernetes_version,
     log_tail,
     nothing_running,
     pid_matches,
@@ -66,13 +68,37 @@ from devtools import (
 from devtools.fakegcu import GCU_RESOURCE  # what the GCU device plugin advertises
 from devtools.kubeapi import ApiError, KubeApi  # noqa: F401 (ApiError: what its requests raise, for callers)
 
-K8S_VERSION = os.environ.get("GCU_K8S_VERSION", "1.33.4")      # devtools/go/go.mod
+K8S_VERSION = kubernetes_version()   # devtools/go/go.mod (GCU_KUBERNETES, GCU_K8S_VERSION)
 ETCD_VERSION = os.environ.get("GCU_ETCD_VERSION", "3.5.21")     # devtools/etcd/go.mod
 KWOK_VERSION = os.environ.get("GCU_KWOK_VERSION", "v0.8.0")
 DEBIAN_ETCD = "/usr/bin/etcd"   # etcd-server 3.4: kube.sh's fallback when etcd 3.5 does not build
 DEFAULT_RUNTIME = "docker://20.10.24"   # a simulated node's status.nodeInfo.containerRuntimeVersion
 
 CONTEXT_NAME = "gcu-local"
+
+
+def _v1_field_name(go_name: str) -> str:
+    """URLPrefix -> urlPrefix, TLSConfig -> tlsConfig, EnableHTTPS -> enableHTTPS: a Go field's JSON name in v1."""
+    leading = re.match(r"[A-Z]+(?=[A-Z][a-z]|$)|[A-Z]", go_name)
+    return go_name[:leading.end()].lower() + go_name[leading.end():] if leading else go_name
+
+
+def _v1_fields(value: Any) -> Any:
+    if isinstance(value, dict):   # as v1's omitempty fields: false, zero and empty ones left out
+        return {_v1_field_name(key): _v1_fields(item) for key, item in value.items() if item not in (False, None, "", [], 0)}
+    if isinstance(value, list):
+        return [_v1_fields(item) for item in value]
+    return value
+
+
+def configz_extenders(configz: dict) -> list[dict]:
+    """A kube-scheduler /configz's extenders in kubescheduler.config.k8s.io/v1's field names: Kubernetes 1.37 serves
+    the v1 document ("extenders"), 1.33 its internal Go structure ("Extenders", "URLPrefix"). v1 omits false and empty
+    fields; they are not added back."""
+    config = configz["componentconfig"]
+    if "Extenders" in config:
+        return _v1_fields(config["Extenders"] or [])
+    return list(config.get("extenders") or [])
 ADMIN_USER = "admin"                       # user of the admin kubeconfig (group system:masters)
 KWOK_USER = "kwok-controller"              # group system:masters
 SETUP_USER = "gcu-local-setup"             # LocalCluster's own calls (nodes, readiness); system:masters
@@ -579,11 +605,15 @@ class LocalCluster(StartStop):
         return path
 
     def scheduler_configz(self) -> dict:
-        """The running kube-scheduler's /configz: the configuration as it holds it (its Go field names)."""
+        """The running kube-scheduler's /configz: the configuration as it holds it."""
         status, body = self._http_get(f"https://{self.scheduler_address}:{self.ports['scheduler']}/configz")
         if status != 200:
             raise ComponentFailed(f"kube-scheduler /configz answered HTTP {status}: {body[:300]!r}")
         return json.loads(body)
+
+    def scheduler_extenders(self) -> list[dict]:
+        """The extenders the running kube-scheduler holds, in kubescheduler.config.k8s.io/v1's field names."""
+        return configz_extenders(self.scheduler_configz())
 
     def _fail(self, name: str, why: str) -> ComponentFailed:
         c = self.components.get(name)
@@ -940,7 +970,7 @@ def _scheduler_command(cluster: LocalCluster, config: Optional[str], on_real_nod
     if document is None:
         print(f"kube-scheduler runs with its own flags again, {where}", file=sys.stderr)
     else:
-        extenders = [e.get("URLPrefix") for e in cluster.scheduler_configz()["componentconfig"].get("Extenders") or []]
+        extenders = [e.get("urlPrefix") for e in cluster.scheduler_extenders()]
         print(f"kube-scheduler runs {path}, {where}; extenders: {extenders or 'none'}", file=sys.stderr)
     return 0
 

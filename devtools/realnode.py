@@ -1,4 +1,4 @@
-"""A real Kubernetes node for tests: kubelet 1.33 + a containerd of its own, in namespaces of its own.
+"""A real Kubernetes node for tests: kubelet (1.37; 1.33 with GCU_KUBERNETES=oldest) + a containerd of its own, in namespaces of its own.
 
 Pods really run here (runc containers from images imported into the node's containerd),
 next to the simulated kwok nodes of :mod:`devtools.localcluster`::
@@ -58,7 +58,7 @@ What the node is made of (everything it writes lives under ``workdir``):
   reload its config, so runtime activation stops it (``restart_containerd()`` here, or from a
   hostPID pod ``kill $(cat /run/containerd/containerd.pid)``) and it comes back; containers
   keep running.
-* **kubelet** 1.33 (``~/.cache/gcu-stack/kubernetes-1.33.4/bin/kubelet``): the settings of
+* **kubelet** ``K8S_VERSION`` (``~/.cache/gcu-stack/kubernetes-<version>/bin/kubelet``): the settings of
   REFERENCE.md §5, a client certificate ``system:node:<name>`` signed by the cluster CA
   when ``ca_key`` is given (else the kubeconfig as it is), labels through
   ``--node-labels`` (``*.kubernetes.io`` ones, which a kubelet may not set, through the API)
@@ -119,6 +119,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from devtools import (
     CACHE_DIR,
+    PROJECT_DIR,
     TOOLCHAIN_HINT,
     ComponentFailed,
     StartStop,
@@ -127,6 +128,7 @@ from devtools import (
     go_requirement,
     kill_pid,
     kubeapi,
+    kubernetes_version,
     log_tail,
     mountpoints,
     mounts_under,
@@ -138,8 +140,7 @@ from devtools import (
     write_json,
 )
 
-K8S_VERSION = os.environ.get("GCU_K8S_VERSION", "1.33.4")
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+K8S_VERSION = kubernetes_version()   # devtools/go/go.mod (GCU_KUBERNETES, GCU_K8S_VERSION)
 # The nodes' containerd: "2" (config version 3; built from devtools/containerd2 by kube.sh) or "1.6" (Debian's,
 # config version 2), each with the config format its version reads.
 NODE_CONTAINERD = os.environ.get("GCU_NODE_CONTAINERD", "2")

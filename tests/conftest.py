@@ -16,7 +16,40 @@ for path in (ROOT, ROOT / "tests"):
 from harness import SEED_BLUEPRINT, run_full, run_program  # noqa: E402
 from realnode_fixtures import real_node_machine_lock  # noqa: E402
 
-from devtools import SERVER_LOGS, log_tail  # noqa: E402
+from components.kube_support import OLDEST_SUPPORTED  # noqa: E402
+from devtools import SERVER_LOGS, kubernetes_version, log_tail  # noqa: E402
+
+# kube-apiserver emulates at most 3 minor versions back (kube-apiserver --emulated-version): the suite's newest
+# Kubernetes cannot pose as one older than the oldest supported, so tests that need such a cluster run in the
+# oldest-Kubernetes leg (scripts/test-oldest-kubernetes.sh, its result recorded in docs/development.md).
+EMULATION_REACH = 3
+OLDER_THAN_SUPPORTED = "older_than_supported"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{OLDER_THAN_SUPPORTED}: needs an API server emulating a Kubernetes older "
+                                       "than the oldest supported (run by scripts/test-oldest-kubernetes.sh)")
+
+
+def _can_emulate_older_than_supported() -> bool:
+    major, minor = (int(part) for part in kubernetes_version().split(".")[:2])
+    return (major, minor - EMULATION_REACH) < OLDEST_SUPPORTED
+
+
+def pytest_collection_modifyitems(config, items):
+    if _can_emulate_older_than_supported():
+        return
+    kept = [item for item in items if not item.get_closest_marker(OLDER_THAN_SUPPORTED)]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+
+
+def pytest_report_header(config):
+    if not _can_emulate_older_than_supported():
+        return (f"Kubernetes {kubernetes_version()}: tests marked {OLDER_THAN_SUPPORTED} are deselected (it cannot "
+                f"emulate {OLDEST_SUPPORTED[0]}.{OLDEST_SUPPORTED[1] - 1}); scripts/test-oldest-kubernetes.sh runs them")
+    return None
 
 # Hypothesis profiles for every property test (HYPOTHESIS_PROFILE: dev, ci, thorough; see tests/test_properties.py).
 hypothesis.settings.register_profile(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import jsonschema
 import kubernetes_validate
 
-# The schema of the Kubernetes the tests and the embedded cluster run (1.33.4, scripts/toolchain/kube.sh).
+# The schema of the oldest Kubernetes gcu-stack supports (components/kube_support.py): what it declares must be valid
+# there; the suite's own API servers (the newest, scripts/toolchain/kube.sh) check it against theirs.
 KUBERNETES_VERSION = "1.33.0"
 # Custom resources of CRDs that other projects install (validated by their own operators).
 FOREIGN_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}

@@ -19,6 +19,10 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 from devtools import log_tail
 
 GCU_RESOURCE = "enflame.com/gcu"
+# What a pod runs to read the API server's /version through the `kubernetes` Service, as in-cluster clients do (its
+# service account's token and CA). Not busybox wget: its own TLS offers only SHA-1 signatures in TLS 1.2, which API
+# servers built with Go >= 1.25 refuse (Kubernetes 1.37: "TLS error from peer (alert code 40)").
+IN_CLUSTER_VERSION = "kubectl get --raw /version"
 
 
 @contextmanager
@@ -107,6 +111,28 @@ def wait_pod_phase(cluster, node, namespace: str, name: str, phases: Sequence[st
 
     return wait_until(check, timeout, f"pod {namespace}/{name} to be {'/'.join(phases)} on {node.name}",
                       diagnose=diagnose_pod(cluster, node, namespace, name))
+
+
+def kubectl_image(node, kubectl: str) -> str:
+    """An image of busybox and `kubectl` (a static Go binary, the cluster's own), imported into `node`."""
+    import hashlib
+    import io
+    import tarfile
+
+    from devtools.dockerd import busybox_rootfs_tar
+    from devtools.realnode import one_layer_image_archive
+
+    layer = io.BytesIO(busybox_rootfs_tar(node.toolchain["busybox"]).read_bytes())
+    data = Path(kubectl).read_bytes()
+    with tarfile.open(fileobj=layer, mode="a") as tf:
+        info = tarfile.TarInfo("usr/local/bin/kubectl")
+        info.size, info.mode, info.mtime = len(data), 0o755, 0
+        tf.addfile(info, io.BytesIO(data))
+    archive, ref = one_layer_image_archive("gcu-stack.local/realnode-kubectl", layer.getvalue(),
+                                           {"Entrypoint": ["/bin/sh"], "Env": ["PATH=/usr/local/bin:/bin:/usr/bin"]},
+                                           f"busybox + kubectl {hashlib.sha256(data).hexdigest()[:12]}")
+    node.import_image(archive, ref)
+    return ref
 
 
 def shell_pod(name: str, image: str, script: str, *, namespace: str = "default", host_network: bool = False,

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from devtools import ToolchainMissing, log_tail  # noqa: E402
+from devtools import KUBERNETES_BUILD_MODULES, ToolchainMissing, go_requirement, kubernetes_version, log_tail  # noqa: E402
 from devtools.dockerd import Dockerd, find_binaries  # noqa: E402
 from devtools.localcluster import DEFAULT_RUNTIME, ETCD_VERSION, GCU_LABEL, K8S_VERSION, LocalCluster, Toolchain  # noqa: E402
 
@@ -149,11 +149,12 @@ def test_cluster_basics(cluster):
     g1 = next(n for n in nodes if n["metadata"]["name"] == "gcu-node-1")
     assert g1["status"]["allocatable"]["enflame.com/gcu"] == "8"
     versions = json.loads(c.kubectl("version", "-o", "json").stdout)
-    assert versions["clientVersion"]["gitVersion"] == versions["serverVersion"]["gitVersion"] == "v1.33.4"
-    assert K8S_VERSION == "1.33.4"
+    assert versions["clientVersion"]["gitVersion"] == versions["serverVersion"]["gitVersion"] == f"v{K8S_VERSION}"
+    # the version devtools/go builds, unless a run asks for the oldest supported one (scripts/test-oldest-kubernetes.sh)
+    assert K8S_VERSION == kubernetes_version() == go_requirement(KUBERNETES_BUILD_MODULES[os.environ.get("GCU_KUBERNETES") or "newest"] / "go.mod", "k8s.io/kubernetes")
     # every simulated node reports the server's kubelet version and its own container runtime
     info = {n["metadata"]["name"]: n["status"]["nodeInfo"] for n in nodes}
-    assert {i["kubeletVersion"] for i in info.values()} == {"v1.33.4"}
+    assert {i["kubeletVersion"] for i in info.values()} == {f"v{K8S_VERSION}"}
     assert info["gcu-node-1"]["containerRuntimeVersion"] == "containerd://1.6.20"
     assert info["gcu-node-2"]["containerRuntimeVersion"] == info["cpu-node-1"]["containerRuntimeVersion"] \
         == DEFAULT_RUNTIME == "docker://20.10.24"

@@ -1,4 +1,4 @@
-"""The driver rollout (components/providers/driver_rollout.py) against a real kube-apiserver 1.33 with kwok nodes.
+"""The driver rollout (components/providers/driver_rollout.py) against a real kube-apiserver with kwok nodes.
 
 The cluster carries what the stack would have deployed on GCU nodes that advertise
 `enflame.com/gcu`: the driver DaemonSet (OnDelete) and a device plugin, GCU jobs with a

@@ -173,6 +173,7 @@ def stackops(two, *args: str) -> subprocess.CompletedProcess:
                           env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.older_than_supported
 def test_a_cluster_older_than_supported_is_refused_by_preview_and_up_before_anything_is_created(tmp_path_factory):
     older = f"{OLDEST_SUPPORTED[0]}.{OLDEST_SUPPORTED[1] - 1}"
     root = tmp_path_factory.mktemp("older")

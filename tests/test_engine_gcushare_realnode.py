@@ -2,7 +2,7 @@
 instead of the device plugin (as the seed tells operators to switch), then the scheduler configuration the stack
 exports handed to kube-scheduler as README says, and pods bound through the extender.
 
-A real kubelet 1.33 with its own containerd and 4 stand-in GCUs (devtools/realnode.py) next to a simulated CPU
+A real kubelet with its own containerd and 4 stand-in GCUs (devtools/realnode.py) next to a simulated CPU
 node; the images are built from images/ with the stand-ins of devtools/standin_node.py (the GCU-share plugin is
 devtools/fakegcu with --memory-unit, the extender devtools/fakeextender). GFD is a stand-in that labels nothing:
 the node is started with the enflame.com/gcu.count label GFD sets.
@@ -54,8 +54,8 @@ def test_2_the_exported_configuration_makes_the_scheduler_bind_through_the_exten
     cluster, node = real["cluster"], real["node"]
     exported = yaml.safe_load(outputs(real["stack"])["gcushareSchedulerExtender"]["schedulerConfiguration"])
     cluster.restart_scheduler(exported, netns=netns_name(NODE), address=node.node_ip)
-    (extender,) = cluster.scheduler_configz()["componentconfig"]["Extenders"]
-    assert extender["URLPrefix"] == exported["extenders"][0]["urlPrefix"]
+    (extender,) = cluster.scheduler_extenders()
+    assert extender["urlPrefix"] == exported["extenders"][0]["urlPrefix"]
 
     apply(cluster, _share_pod("share-job", 10))
     pod = wait_pod_phase(cluster, node, "default", "share-job", phases=("Running",))

@@ -2,7 +2,7 @@
 deployed, its six parts running and reaching each other through the stack's Services, cluster DNS, Secret, volume
 and NodePort, and a destroy that leaves the database's data on the node and nothing else.
 
-A real kubelet 1.33 with its own containerd (devtools/realnode.py), kube-proxy and CoreDNS on it; the six parts
+A real kubelet with its own containerd (devtools/realnode.py), kube-proxy and CoreDNS on it; the six parts
 are the stand-ins of devtools/fakenightingale (they connect as the real ones are configured; see its main.go), the
 rest of the seed the stand-ins of devtools/standin_node.py.
 """

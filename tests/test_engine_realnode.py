@@ -1,6 +1,6 @@
 """The seed blueprint on a real GCU node, end to end with the real engine.
 
-A real kubelet 1.33 with its own containerd (devtools/realnode.py, stand-in GCU devices)
+A real kubelet with its own containerd (devtools/realnode.py, stand-in GCU devices)
 next to a simulated CPU node. The component images are built from images/ with stand-in
 packages (the device plugin is the project's stand-in plugin, the toolkit's runtime runs
 runc) and imported into the node's containerd; the blueprint runs them with

@@ -7,7 +7,7 @@ ever runs two copies of an agent, and a node port moves from the old Service to 
 
 A thread watches every gcu-stack pod during each `up` (a Kubernetes watch, so no state is
 missed between polls) and records every moment two pods of one agent share a node, or two
-pods of one Deployment exist at once. Real kube-apiserver 1.33, controller manager and
+pods of one Deployment exist at once. Real kube-apiserver, controller manager and
 scheduler; kwok-simulated nodes; the real Pulumi engine and provider.
 """
 

@@ -1,6 +1,6 @@
 """GCU-share on a real node: the scheduler really uses the extender. Never skipped.
 
-One LocalCluster (Kubernetes 1.33, no simulated node) and one RealNode with 4 stand-in GCUs. The stack's
+One LocalCluster (the Kubernetes devtools builds, no simulated node) and one RealNode with 4 stand-in GCUs. The stack's
 gcusharePlugin and gcushareScheduler objects (components.plan.objects, as the stack declares them) run there with
 the project's images built around the stand-ins: devtools/fakegcu in GCU-share mode advertises each GCU's 16 GiB
 as enflame.com/gcu-memory shares, devtools/fakeextender answers kube-scheduler's filter and bind calls and binds
@@ -128,10 +128,10 @@ def test_kube_scheduler_runs_the_exported_configuration(cluster, gcushare):
     running = json.loads(gcushare["config"].read_text())
     assert running["clientConnection"]["kubeconfig"] == str(cluster.workdir / "scheduler.kubeconfig")
     assert {**running, "clientConnection": exported["clientConnection"]} == exported, "only the kubeconfig differs"
-    (extender,) = cluster.scheduler_configz()["componentconfig"]["Extenders"]
+    (extender,) = cluster.scheduler_extenders()
     (declared,) = exported["extenders"]
-    assert extender["URLPrefix"] == declared["urlPrefix"] and extender["BindVerb"] == declared["bindVerb"]
-    assert extender["ManagedResources"] == [{"Name": GCUSHARE_RESOURCE, "IgnoredByScheduler": False}]
+    assert extender["urlPrefix"] == declared["urlPrefix"] and extender["bindVerb"] == declared["bindVerb"]
+    assert extender["managedResources"] == [{"name": GCUSHARE_RESOURCE}]   # ignoredByScheduler false (omitted)
 
 
 def test_pods_asking_for_gcu_memory_are_filtered_and_bound_by_the_extender(cluster, node, gcushare):

@@ -1,7 +1,7 @@
 """A real kubelet node with stand-in GCUs: devtools/realnode.py and devtools/fakegcu. Never skipped.
 
-One LocalCluster (Kubernetes 1.33, one simulated node next to the real one) and one
-RealNode (kubelet 1.33 + containerd in namespaces of its own, 4 stand-in GCU devices).
+One LocalCluster (Kubernetes K8S_VERSION, one simulated node next to the real one) and one
+RealNode (kubelet K8S_VERSION + containerd in namespaces of its own, 4 stand-in GCU devices).
 The project's device-plugin image is built with the stand-in plugin as gcu-k8s-plugin
 (images/devicePlugin/Dockerfile on the debootstrap bookworm base), imported into the
 node's containerd and run as the project's own DaemonSet (components.manifests) with
@@ -29,10 +29,21 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from realnode_fixtures import GCU_RESOURCE, allocatable_gcus, apply, device_plugin_daemonset, get, shell_pod, wait_pod_phase, wait_until
+from realnode_fixtures import (
+    GCU_RESOURCE,
+    IN_CLUSTER_VERSION,
+    allocatable_gcus,
+    apply,
+    device_plugin_daemonset,
+    get,
+    kubectl_image,
+    shell_pod,
+    wait_pod_phase,
+    wait_until,
+)
 
 from devtools import clusterdns, fakegcu, imagebuild, mounts_under
-from devtools.localcluster import LocalCluster
+from devtools.localcluster import K8S_VERSION, LocalCluster
 from devtools.realnode import (
     CLUSTER_DNS_IP,
     NODE_CONTAINERD,
@@ -157,7 +168,7 @@ def test_the_plugin_is_a_static_binary_that_answers_help():
 def test_the_node_registers_ready_with_its_labels(cluster, node):
     obj = get(cluster, "node", NODE)
     info = obj["status"]["nodeInfo"]
-    assert info["kubeletVersion"] == "v1.33.4"
+    assert info["kubeletVersion"] == f"v{K8S_VERSION}"
     runtime = info["containerRuntimeVersion"]
     if NODE_CONTAINERD == "2":
         assert runtime.removeprefix("containerd://").lstrip("v") == containerd2_version(), runtime
@@ -215,9 +226,8 @@ def test_the_node_keeps_its_network_and_mounts_to_itself(node, machine_before):
 
 def test_a_pod_network_pod_gets_a_bridge_ip_and_a_host_network_pod_completes(cluster, node):
     image = node.sandbox_image   # static busybox, already in the node's containerd
-    apply(cluster, shell_pod("podnet", image, "ip -4 -o addr show eth0; echo routes; ip route; "
-                             "wget -q -O - --no-check-certificate "
-                             "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version; echo; echo done",
+    apply(cluster, shell_pod("podnet", kubectl_image(node, cluster.toolchain.kubectl),
+                             f"ip -4 -o addr show eth0; echo routes; ip route; {IN_CLUSTER_VERSION}; echo; echo done",
                              node_name=NODE))
     podnet = wait_pod_phase(cluster, node, "default", "podnet")
     # The bridge plugin creates cni0 when it sets up the first pod-network sandbox: the host-network pod
@@ -228,7 +238,7 @@ def test_a_pod_network_pod_gets_a_bridge_ip_and_a_host_network_pod_completes(clu
     assert hostnet["status"]["podIP"] == node.node_ip
     log = node.pod_log("default", "podnet")
     assert f"inet {podnet['status']['podIP']}/24" in log, log
-    assert '"gitVersion": "v1.33.4"' in log, f"the kubernetes Service is not reachable from the pod:\n{log}"
+    assert f'"gitVersion": "v{K8S_VERSION}"' in log, f"the kubernetes Service is not reachable from the pod:\n{log}"
     hlog = node.pod_log("default", "hostnet")
     assert "cni0" in hlog and node.node_ip in hlog, hlog
     # the API server reaches the kubelet too (kubectl logs)
@@ -259,13 +269,13 @@ def test_services_work_in_the_node_through_its_kube_proxy_and_leave_the_machines
     service = get(cluster, "service", "web", "default")
     cluster_ip, node_port = service["spec"]["clusterIP"], service["spec"]["ports"][0]["nodePort"]
     # (kube-proxy writes a new Service's rules within a second or so: a few tries; busybox wget -T segfaults, hence timeout)
-    apply(cluster, shell_pod("client", image, f"for i in 1 2 3 4 5 6 7 8 9 10; do timeout 3 wget -q -O - http://{cluster_ip}/ && break; "
-                             "sleep 1; done; timeout 5 wget -q -O - --no-check-certificate "
-                             "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version; echo done", node_name=NODE))
+    apply(cluster, shell_pod("client", kubectl_image(node, cluster.toolchain.kubectl),
+                             f"for i in 1 2 3 4 5 6 7 8 9 10; do timeout 3 wget -q -O - http://{cluster_ip}/ && break; "
+                             f"sleep 1; done; timeout 10 {IN_CLUSTER_VERSION}; echo done", node_name=NODE))
     wait_pod_phase(cluster, node, "default", "client")
     log = node.pod_log("default", "client")
     assert "served-by-web" in log, f"the ClusterIP Service {cluster_ip} did not answer from a pod:\n{log}"
-    assert '"gitVersion": "v1.33.4"' in log, f"the kubernetes Service (through kube-proxy) did not answer:\n{log}"
+    assert f'"gitVersion": "v{K8S_VERSION}"' in log, f"the kubernetes Service (through kube-proxy) did not answer:\n{log}"
     # From the machine, as a client outside the cluster would: the NodePort on the node's address.
     body = wait_until(lambda: _get(f"http://{node.node_ip}:{node_port}/"), 30, what=f"NodePort {node_port} on {node.node_ip}")
     assert "served-by-web" in body

@@ -17,7 +17,7 @@ import yaml
 from components.catalog.gcushare_scheduler import BIND_VERB, FILTER_VERB, extender_url, scheduler_configuration
 from components.names import GCUSHARE_RESOURCE
 from devtools import free_port, kill_pid
-from devtools.localcluster import LocalCluster
+from devtools.localcluster import LocalCluster, configz_extenders
 
 
 def configz(port: int) -> dict:
@@ -63,13 +63,13 @@ def test_kube_scheduler_reads_the_exported_configuration_and_reports_the_extende
                     time.sleep(0.3)
         finally:
             stop(process)
-        # /configz shows the configuration as kube-scheduler holds it (its Go field names).
+        # /configz shows the configuration as kube-scheduler holds it (v1's field names; false ones omitted).
         assert seen["componentconfig"]["apiVersion"] == "kubescheduler.config.k8s.io/v1"
-        (extender,) = seen["componentconfig"]["Extenders"]
-        assert extender["URLPrefix"] == extender_url(32766) and extender["FilterVerb"] == FILTER_VERB
-        assert extender["BindVerb"] == BIND_VERB
-        assert extender["ManagedResources"] == [{"Name": GCUSHARE_RESOURCE, "IgnoredByScheduler": False}]
-        assert extender["Ignorable"] is False and extender["NodeCacheCapable"] is True
+        (extender,) = configz_extenders(seen)
+        assert extender["urlPrefix"] == extender_url(32766) and extender["filterVerb"] == FILTER_VERB
+        assert extender["bindVerb"] == BIND_VERB
+        assert extender["managedResources"] == [{"name": GCUSHARE_RESOURCE}]   # ignoredByScheduler false
+        assert extender.get("ignorable", False) is False and extender["nodeCacheCapable"] is True
 
         # What earlier releases exported: this kube-scheduler refuses it at once, naming the version.
         (tmp_path / "v1beta1").mkdir()
@@ -81,3 +81,17 @@ def test_kube_scheduler_reads_the_exported_configuration_and_reports_the_extende
             stop(process)
         refused = log.read_text().replace('\\"', '"')  # klog quotes the error inside its own quotes
         assert 'no kind "KubeSchedulerConfiguration" is registered for version "kubescheduler.config.k8s.io/v1beta1"' in refused, refused
+
+
+def test_configz_of_kubernetes_1_33_reads_as_v1():
+    """kube-scheduler 1.33 serves its internal structure at /configz (the oldest-Kubernetes leg's), 1.37 the v1
+    document: both read as v1's field names."""
+    go_fields = {"componentconfig": {"Extenders": [{
+        "URLPrefix": "http://x:1/gcushare", "FilterVerb": "filter", "BindVerb": "bind", "EnableHTTPS": False,
+        "TLSConfig": None, "HTTPTimeout": 30000000000, "NodeCacheCapable": True, "Ignorable": False,
+        "ManagedResources": [{"Name": GCUSHARE_RESOURCE, "IgnoredByScheduler": False}]}]}}
+    assert configz_extenders(go_fields) == [{
+        "urlPrefix": "http://x:1/gcushare", "filterVerb": "filter", "bindVerb": "bind", "httpTimeout": 30000000000,
+        "nodeCacheCapable": True, "managedResources": [{"name": GCUSHARE_RESOURCE}]}]
+    v1 = {"componentconfig": {"extenders": [{"urlPrefix": "http://x:1/gcushare", "enableHTTPS": True}]}}
+    assert configz_extenders(v1) == [{"urlPrefix": "http://x:1/gcushare", "enableHTTPS": True}]

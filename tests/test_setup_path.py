@@ -18,7 +18,7 @@ import pytest
 from realservers import PROJECT_DIR
 
 from devtools import free_port
-from devtools.localcluster import GCU_LABEL, LocalCluster, Toolchain
+from devtools.localcluster import GCU_LABEL, K8S_VERSION, LocalCluster, Toolchain
 
 pytestmark = pytest.mark.timeout(300)
 GCU_STACK_CMD = PROJECT_DIR / "scripts" / "gcu-stack"
@@ -127,7 +127,7 @@ def test_with_an_answering_cluster_and_an_installed_pulumi_up_builds_nothing(tmp
     assert "[kube.sh]" not in r.stderr and "building the toolchain" not in r.stderr
     # it said what it uses
     assert "Pulumi: using the installed CLI" in r.stderr and "v3.272.0" in r.stderr
-    assert "cluster: context 'gcu-local'" in r.stderr and "answers: Kubernetes v1.33.4" in r.stderr
+    assert "cluster: context 'gcu-local'" in r.stderr and f"answers: Kubernetes v{K8S_VERSION}" in r.stderr
     assert "embedded" not in r.stderr
     # and ran the stack with it: preview with the policy pack, then up, on the default stack
     calls = _pulumi_calls(tmp_path)

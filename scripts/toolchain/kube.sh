@@ -35,8 +35,9 @@
 # kept. Caches: $GCU_CACHE_DIR (default ~/.cache/gcu-stack), GOMODCACHE/GOCACHE in $GCU_CACHE_DIR/go/{mod,build}
 # (shared with pulumi.sh).
 #
-# Environment: GCU_CACHE_DIR, KWOK_VERSION (default v0.8.0), GO (a go binary to use), SKIP_APT=1 (packages are
-# installed already), GCU_TIMINGS_FILE (append "part seconds what" lines, read by .ci/run).
+# Environment: GCU_CACHE_DIR, GCU_KUBERNETES (newest | oldest: which Kubernetes to build, below), KWOK_VERSION
+# (default v0.8.0), GO (a go binary to use), SKIP_APT=1 (packages are installed already), GCU_TIMINGS_FILE (append
+# "part seconds what" lines, read by .ci/run).
 #
 # Gotchas:
 #  * The checksum database mirror here answers 404 for some k8s.io/sigs.k8s.io module versions, hence
@@ -55,8 +56,13 @@ REPO_DIR="$(cd "$(dirname "$SELF")/../.." && pwd)"
 . "$(dirname "$SELF")/go.sh"
 
 CACHE_DIR="${GCU_CACHE_DIR:-$HOME/.cache/gcu-stack}"
-KUBE_MOD_DIR="$REPO_DIR/devtools/go"
-PROXY_MOD_DIR="$REPO_DIR/devtools/kube-proxy"
+# GCU_KUBERNETES=newest (default) builds the Kubernetes the suite runs on; =oldest the oldest one supported, from build
+# modules of its own (scripts/test-oldest-kubernetes.sh). devtools.kubernetes_version() reads the same modules.
+case "${GCU_KUBERNETES:-newest}" in
+  newest) KUBE_MOD_DIR="$REPO_DIR/devtools/go" PROXY_MOD_DIR="$REPO_DIR/devtools/kube-proxy" ;;
+  oldest) KUBE_MOD_DIR="$REPO_DIR/devtools/oldest-kubernetes/go" PROXY_MOD_DIR="$REPO_DIR/devtools/oldest-kubernetes/kube-proxy" ;;
+  *) echo "[kube.sh] GCU_KUBERNETES='$GCU_KUBERNETES': it is newest or oldest" >&2; exit 2 ;;
+esac
 COREDNS_MOD_DIR="$REPO_DIR/devtools/coredns"
 ETCD_MOD_DIR="$REPO_DIR/devtools/etcd"
 CONTAINERD_MOD_DIR="$REPO_DIR/devtools/containerd2"
