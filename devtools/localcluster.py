@@ -75,30 +75,6 @@ DEBIAN_ETCD = "/usr/bin/etcd"   # etcd-server 3.4: kube.sh's fallback when etcd 
 DEFAULT_RUNTIME = "docker://20.10.24"   # a simulated node's status.nodeInfo.containerRuntimeVersion
 
 CONTEXT_NAME = "gcu-local"
-
-
-def _v1_field_name(go_name: str) -> str:
-    """URLPrefix -> urlPrefix, TLSConfig -> tlsConfig, EnableHTTPS -> enableHTTPS: a Go field's JSON name in v1."""
-    leading = re.match(r"[A-Z]+(?=[A-Z][a-z]|$)|[A-Z]", go_name)
-    return go_name[:leading.end()].lower() + go_name[leading.end():] if leading else go_name
-
-
-def _v1_fields(value: Any) -> Any:
-    if isinstance(value, dict):   # as v1's omitempty fields: false, zero and empty ones left out
-        return {_v1_field_name(key): _v1_fields(item) for key, item in value.items() if item not in (False, None, "", [], 0)}
-    if isinstance(value, list):
-        return [_v1_fields(item) for item in value]
-    return value
-
-
-def configz_extenders(configz: dict) -> list[dict]:
-    """A kube-scheduler /configz's extenders in kubescheduler.config.k8s.io/v1's field names: Kubernetes 1.37 serves
-    the v1 document ("extenders"), 1.33 its internal Go structure ("Extenders", "URLPrefix"). v1 omits false and empty
-    fields; they are not added back."""
-    config = configz["componentconfig"]
-    if "Extenders" in config:
-        return _v1_fields(config["Extenders"] or [])
-    return list(config.get("extenders") or [])
 ADMIN_USER = "admin"                       # user of the admin kubeconfig (group system:masters)
 KWOK_USER = "kwok-controller"              # group system:masters
 SETUP_USER = "gcu-local-setup"             # LocalCluster's own calls (nodes, readiness); system:masters
@@ -142,6 +118,32 @@ rules:
 """
 
 NodeSpec = Union[str, Sequence[Any], Mapping[str, Any]]
+
+
+# --------------------------------------------------------------------------- kube-scheduler's /configz
+
+def _v1_field_name(go_name: str) -> str:
+    """URLPrefix -> urlPrefix, TLSConfig -> tlsConfig, EnableHTTPS -> enableHTTPS: a Go field's JSON name in v1."""
+    leading = re.match(r"[A-Z]+(?=[A-Z][a-z]|$)|[A-Z]", go_name)
+    return go_name[:leading.end()].lower() + go_name[leading.end():] if leading else go_name
+
+
+def _v1_fields(value: Any) -> Any:
+    if isinstance(value, dict):   # as v1's omitempty fields: false, zero and empty ones left out
+        return {_v1_field_name(key): _v1_fields(item) for key, item in value.items() if item not in (False, None, "", [], 0)}
+    if isinstance(value, list):
+        return [_v1_fields(item) for item in value]
+    return value
+
+
+def configz_extenders(configz: dict) -> list[dict]:
+    """A kube-scheduler /configz's extenders in kubescheduler.config.k8s.io/v1's field names: Kubernetes 1.37 serves
+    the v1 document ("extenders"), 1.33 its internal Go structure ("Extenders", "URLPrefix"). v1 omits false and empty
+    fields; they are not added back."""
+    config = configz["componentconfig"]
+    if "Extenders" in config:
+        return _v1_fields(config["Extenders"] or [])
+    return list(config.get("extenders") or [])
 
 
 # --------------------------------------------------------------------------- toolchain
