@@ -45,11 +45,12 @@ def pytest_collection_modifyitems(config, items):
         items[:] = kept
 
 
-def pytest_report_header(config):
+def pytest_terminal_summary(terminalreporter):
+    """Said at the end of every run (also -q, also the xdist controller, which collects nothing itself)."""
     if not _can_emulate_older_than_supported():
-        return (f"Kubernetes {kubernetes_version()}: tests marked {OLDER_THAN_SUPPORTED} are deselected (it cannot "
-                f"emulate {OLDEST_SUPPORTED[0]}.{OLDEST_SUPPORTED[1] - 1}); scripts/test-oldest-kubernetes.sh runs them")
-    return None
+        terminalreporter.write_line(
+            f"Kubernetes {kubernetes_version()}: tests marked {OLDER_THAN_SUPPORTED} were deselected (it cannot emulate "
+            f"{OLDEST_SUPPORTED[0]}.{OLDEST_SUPPORTED[1] - 1}); scripts/test-oldest-kubernetes.sh runs them")
 
 # Hypothesis profiles for every property test (HYPOTHESIS_PROFILE: dev, ci, thorough; see tests/test_properties.py).
 hypothesis.settings.register_profile(
