@@ -144,8 +144,9 @@ K8S_VERSION = kubernetes_version()   # devtools/go/go.mod (GCU_KUBERNETES, GCU_K
 # The nodes' containerd: "2" (config version 3; built from devtools/containerd2 by kube.sh) or "1.6" (Debian's,
 # config version 2), each with the config format its version reads.
 NODE_CONTAINERD = os.environ.get("GCU_NODE_CONTAINERD", "2")
-CONTAINERD_FIX = {"2": f"{TOOLCHAIN_HINT} (it builds containerd 2 from devtools/containerd2)",
-                  "1.6": "apt-get install containerd"}
+# Per choice: the config version that containerd reads, and how to install it when it is missing.
+NODE_CONTAINERDS = {"2": (3, f"{TOOLCHAIN_HINT} (it builds containerd 2 from devtools/containerd2)"),
+                    "1.6": (2, "apt-get install containerd")}
 
 NETNS_PREFIX = "gcurn-"
 LINK_PREFIX = "grn"
@@ -254,24 +255,30 @@ def _exe(candidates: Iterable[str]) -> Optional[str]:
     return None
 
 
-def containerd_bin_dir() -> Path:
-    """Where the node's containerd, ctr and runc shim come from: kube.sh's containerd 2 build, or Debian's 1.6."""
-    if NODE_CONTAINERD not in CONTAINERD_FIX:
+def node_containerd() -> tuple[int, str]:
+    """GCU_NODE_CONTAINERD's (config version, fix when missing); a choice that is neither 2 nor 1.6 is refused."""
+    if NODE_CONTAINERD not in NODE_CONTAINERDS:
         raise ToolchainMissing(f"GCU_NODE_CONTAINERD={NODE_CONTAINERD!r}: say 2 (containerd {containerd2_version()}, "
                                "built by scripts/toolchain.sh kube) or 1.6 (Debian's containerd package)")
-    return containerd2_bin_dir() if NODE_CONTAINERD == "2" else Path("/usr/bin")
+    return NODE_CONTAINERDS[NODE_CONTAINERD]
+
+
+def containerd_candidates(binary: str) -> list[str]:
+    """Where the node's containerd, ctr and runc shim come from: kube.sh's containerd 2 build, or Debian's 1.6."""
+    if NODE_CONTAINERD == "2":
+        return [str(containerd2_bin_dir() / binary)]
+    return [f"/usr/bin/{binary}", binary]
 
 
 def find_toolchain() -> dict:
     """kubelet, containerd (+ctr, shim, runc), CNI plugins, iproute2, util-linux, a static busybox, openssl."""
     kube_dir = Path(os.environ.get("GCU_KUBE_BIN_DIR") or CACHE_DIR / f"kubernetes-{K8S_VERSION}" / "bin")
-    containerd_dir = containerd_bin_dir()
+    _, containerd_fix = node_containerd()
     found = {
         "kubelet": _exe([os.environ.get("GCU_KUBELET_BIN", ""), str(kube_dir / "kubelet")]),
         "kube-proxy": _exe([os.environ.get("GCU_KUBE_PROXY_BIN", ""), str(kube_dir / "kube-proxy")]),
         "iptables": _exe(["/usr/sbin/iptables", "/sbin/iptables", "iptables"]),
-        **{b: _exe([str(containerd_dir / b)] + ([] if NODE_CONTAINERD == "2" else [b]))
-           for b in ("containerd", "ctr", "containerd-shim-runc-v2")},
+        **{b: _exe(containerd_candidates(b)) for b in ("containerd", "ctr", "containerd-shim-runc-v2")},
         "runc": _exe(["/usr/sbin/runc", "/usr/bin/runc", "runc"]),
         "ip": _exe(["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "ip"]),
         "nsenter": _exe(["/usr/bin/nsenter", "nsenter"]),
@@ -285,7 +292,7 @@ def find_toolchain() -> dict:
     fixes = {"kubelet": f"{TOOLCHAIN_HINT} (it builds kubelet {K8S_VERSION} into {kube_dir})",
              "kube-proxy": f"{TOOLCHAIN_HINT} (it builds kube-proxy {K8S_VERSION} into {kube_dir})",
              "iptables": "apt-get install iptables",
-             **dict.fromkeys(("containerd", "ctr", "containerd-shim-runc-v2"), CONTAINERD_FIX[NODE_CONTAINERD]),
+             **dict.fromkeys(("containerd", "ctr", "containerd-shim-runc-v2"), containerd_fix),
              "runc": "apt-get install runc",
              "ip": "apt-get install iproute2", "nsenter": "apt-get install util-linux",
              "unshare": "apt-get install util-linux", "mount": "apt-get install mount",
@@ -1078,7 +1085,7 @@ class RealNode(StartStop):
     @property
     def containerd_config_version(self) -> int:
         """3 for containerd 2 (its own format), 2 for containerd 1.6."""
-        return 3 if NODE_CONTAINERD == "2" else 2
+        return node_containerd()[0]
 
     # containerd runs under a small supervisor loop, like a service with Restart=always: whatever stops
     # it (a toolkit pod activating a runtime: `kill $(cat /run/containerd/containerd.pid)`), it comes back.
