@@ -100,6 +100,7 @@ def _container(resolved: ResolvedContainer, additions: PodAdditions) -> dict:
         for name, key in spec.secret_env
     )
     env.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+    env.extend({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}} for name, path in spec.pod_env)
     mounts = [
         {"name": m.name, "mountPath": m.mount_path, "readOnly": m.read_only} for m in (*spec.mounts, *additions.mounts)
     ]
@@ -206,7 +207,6 @@ def owns_its_claim(container: ContainerDef) -> bool:
 
 
 def pod_template(component: ResolvedComponent, workload: ResolvedWorkload, instance: str, additions: PodAdditions) -> dict:
-    definition = component.definition
     containers = [_container(c, additions) for c in workload.containers]
     spec: dict = {"containers": containers}
     init = [_claim_owner(c) for c in workload.containers if owns_its_claim(c.definition)]
@@ -220,8 +220,8 @@ def pod_template(component: ResolvedComponent, workload: ResolvedWorkload, insta
         spec["affinity"] = affinity
     if workload.node_selector:
         spec["nodeSelector"] = dict(workload.node_selector)
-    if definition.rbac is not None:
-        spec["serviceAccountName"] = service_account_name(component, definition.rbac)
+    if component.rbac is not None:
+        spec["serviceAccountName"] = service_account_name(component, component.rbac)
     else:
         spec["automountServiceAccountToken"] = False
     if workload.definition.host_pid:
@@ -308,7 +308,7 @@ def service_manifest(component: ResolvedComponent, workload: ResolvedWorkload, i
 
 
 def rbac_objects(component: ResolvedComponent, instance: str) -> list[dict]:
-    rbac = component.definition.rbac
+    rbac = component.rbac
     if rbac is None:
         return []
     object_labels = labels(component, instance)

@@ -57,6 +57,8 @@ class ContainerDef:
     readiness: Optional[dict] = None
     # (env var, key) pairs read from the component's Secret: credentials never sit in env values.
     secret_env: tuple[tuple[str, str], ...] = ()
+    # (env var, pod field) pairs from the downward API, besides NODE_NAME which every container gets.
+    pod_env: tuple[tuple[str, str], ...] = ()
     # Mount path of the component's PersistentVolumeClaim.
     claim_mount: Optional[str] = None
     # A directory the program writes to, as an emptyDir: the image's own directory there belongs to its own user.
@@ -232,6 +234,17 @@ class StepResult:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """A component's layout from one upstream version on, where its programs changed shape (other flags, objects,
+    topology): NFD v0.14 dropped gRPC between worker and master for NodeFeature objects."""
+
+    since: tuple[int, int]  # the (major, minor) of the image version it starts at
+    name: str  # how previews and errors call it
+    workloads: tuple[WorkloadDef, ...]
+    rbac: Optional[RbacDef] = None
+
+
+@dataclass(frozen=True)
 class ComponentDef:
     key: str  # the spec key, also the status entry's name
     type_name: str  # gcu:components:<type_name>
@@ -264,12 +277,18 @@ class ComponentDef:
     image: Optional[ImageDef] = None
     # A step that runs after the workloads; successors wait for it (the toolkit's runtime activation).
     then: Optional[StepDef] = None
+    # A step the workloads wait for, so that destroy deletes it after them (NFD's labels, taken off the nodes).
+    before: Optional[StepDef] = None
     # It installs the GCU driver: with it deployed, GCU nodes need no pre-installed driver.
     installs_driver: bool = False
     # A node agent holding the GCU device: paused on a node while that node's driver is replaced.
     uses_device: bool = False
     # Pod Security level for a namespace the stack creates for it; None: derived from host access.
     pod_security: Optional[str] = None
+    # Newer layouts (oldest first), chosen by the version of the image the spec asks for; the version unset or
+    # "latest": the newest. `workloads`, `rbac` and `layout` describe the layout before the first of them.
+    variants: tuple[Variant, ...] = ()
+    layout: str = ""
 
 
 # ---------------------------------------------------------------------------- resolved (components/resolve.py)
@@ -313,6 +332,18 @@ class ResolvedComponent:
     workloads: tuple[ResolvedWorkload, ...]
     name_from: str = ""  # "spec.<key>.name", or "spec.<key>.name (unset: default '<name>')"
     namespace_from: str = ""
+    # The layout its image versions chose (ComponentDef.variants); None: the definition's own.
+    variant: Optional[Variant] = None
+    # Why the versions chose no single layout (the fields named); empty when they agree.
+    variant_problems: tuple[str, ...] = ()
+
+    @property
+    def rbac(self) -> Optional[RbacDef]:
+        return self.variant.rbac if self.variant is not None else self.definition.rbac
+
+    @property
+    def layout(self) -> str:
+        return self.variant.name if self.variant is not None else self.definition.layout
 
     @property
     def containers(self) -> tuple[ResolvedContainer, ...]:

@@ -9,12 +9,13 @@ when the first level leaves it unset; the catalog's default applies last.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any, Optional
 
 import pulumi
 
-from .model import ComponentDef, ContainerDef, ResolvedComponent, ResolvedContainer, ResolvedWorkload, WorkloadDef
+from .model import ComponentDef, ContainerDef, ResolvedComponent, ResolvedContainer, ResolvedWorkload, Variant, WorkloadDef
 from .names import DEFAULT_PULL_POLICY, DEFAULT_REPOSITORY, DEFAULT_VERSION, DRIVER_POOL_LABEL, GCU_PRESENT_LABEL
 from .spec import BaseFields, is_digest
 
@@ -159,8 +160,54 @@ def _pool_workloads(definition: ComponentDef, spec: BaseFields, own: ResolvedWor
     return found
 
 
+LAYOUT_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:[.\-+].*)?$")
+
+
+def _layout_of(definition: ComponentDef, version: Optional[str]) -> Optional[Variant]:
+    """The variant a version asks for: the newest whose `since` it reaches; None: the definition's own layout.
+
+    Only a version that says its release picks a newer layout: unset, "latest", a digest or a tag of one's own keep
+    the definition's (what gcu-operator deployed whatever the tag); ValueError for the last two, to be said."""
+    if version in (None, DEFAULT_VERSION):
+        return None
+    found = LAYOUT_VERSION.match(version)
+    if found is None:
+        raise ValueError(version)
+    release = (int(found.group(1)), int(found.group(2)))
+    reached = [v for v in definition.variants if release >= v.since]
+    return reached[-1] if reached else None
+
+
+def _variant(definition: ComponentDef, spec: BaseFields, spec_path: str) -> tuple[Optional[Variant], tuple[str, ...]]:
+    """The layout every container's image version agrees on, and what is wrong when they do not."""
+    if not definition.variants:
+        return None, ()
+    chosen: dict[str, Optional[Variant]] = {}
+    for workload in definition.variants[-1].workloads:
+        for container in workload.containers:
+            resolved = _container(definition, spec, container, container.part or workload.part, spec_path)
+            version, field = resolved.image_parts[2], resolved.image_from[2]
+            if field in chosen:
+                continue
+            try:
+                chosen[field] = _layout_of(definition, version)
+            except ValueError:
+                chosen[field] = None
+                newer = ", ".join(f"v{v.since[0]}.{v.since[1]} on: {v.name}" for v in definition.variants)
+                pulumi.log.warn(f"{field}: {version!r} does not say which release the image is, so it runs in the "
+                                f"{definition.layout} layout, as gcu-operator ran it; give a release tag (vX.Y.Z) for "
+                                f"a newer one ({newer})")
+    names = {(v.name if v else definition.layout) for v in chosen.values()}
+    if len(names) > 1:
+        asked = " and ".join(f"{field} ({v.name if v else definition.layout} layout)" for field, v in chosen.items())
+        return None, (f"{asked} ask for different layouts of {spec_path}: give them versions of the same layout",)
+    return next(iter(chosen.values()), None), ()
+
+
 def resolve(definition: ComponentDef, spec: BaseFields, spec_path: str) -> ResolvedComponent:
-    if len(definition.workloads) > 1 and spec.name:
+    variant, variant_problems = _variant(definition, spec, spec_path)
+    workloads = variant.workloads if variant is not None else definition.workloads
+    if len(workloads) > 1 and spec.name:
         pulumi.log.warn(
             f"{spec_path}.name does not name a workload: each sub-part of {spec_path} names its own "
             f"(it still names the component's shared objects, such as its ConfigMap)"
@@ -175,9 +222,11 @@ def resolve(definition: ComponentDef, spec: BaseFields, spec_path: str) -> Resol
         namespace=namespace,
         workloads=tuple(
             pooled
-            for w in definition.workloads
+            for w in workloads
             for pooled in _pool_workloads(definition, spec, _workload(definition, spec, w, name, name_from, spec_path), spec_path)
         ),
         name_from=name_from,
         namespace_from=f"{spec_path}.namespace" if spec.namespace else unset(f"{spec_path}.namespace", namespace),
+        variant=variant,
+        variant_problems=variant_problems,
     )

@@ -309,3 +309,17 @@ __all__ = [
     "pid_matches", "kill_pid", "kill_matching", "log_tail", "free_port",
     "write_json", "StartStop", "exit_codes", "nothing_running",
 ]
+
+
+def built_module(directory: str, module: str) -> tuple[str, Path]:
+    """What scripts/toolchain/kube.sh builds from devtools/<directory>: the version of `module` its go.mod requires
+    (without its v), and the cache directory of the binaries (<directory's program>-<version>/bin)."""
+    go_mod = PROJECT_DIR / "devtools" / directory / "go.mod"
+    found = go_requirement(go_mod, module)
+    if not found:
+        raise ToolchainMissing(f"{go_mod} requires no {module} version")
+    return found, CACHE_DIR / f"{BUILT_NAMES.get(directory, directory)}-{found}" / "bin"
+
+
+BUILT_NAMES = {"containerd2": "containerd"}   # kube.sh's cache directory, where it is not the module directory's name
+NFD_MODULE = ("nfd", "sigs.k8s.io/node-feature-discovery")

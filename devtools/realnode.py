@@ -40,7 +40,8 @@ What the node is made of (everything it writes lives under ``workdir``):
   writes go to ``workdir/usr-local``). ``/dev`` is a tmpfs with the usual
   devices (null, zero, kmsg, pts, ...) and the stand-in GCUs ``/dev/gcu<N>`` (``fake_gcus``),
   so pods that mount the host's /dev (device plugin, exporter, driver) see the node's, and
-  whatever they create there stays in the node. Every mount the kubelet and containerd make
+  whatever they create there stays in the node. With stand-in GCUs, ``/sys/bus/pci/devices`` is the node's own
+  too: one PCI device of Enflame's vendor id (1e36) per GCU, which is how the real NFD finds them. Every mount the kubelet and containerd make
   (secret/token tmpfs, rootfs binds, the kubelet's rshared root) is in that namespace and
   goes away with it, so the machine's mount table never sees them. The machine's
   ``/var/lib/kubelet`` is not touched, and several real nodes can run side by side.
@@ -124,8 +125,8 @@ from devtools import (
     ComponentFailed,
     StartStop,
     ToolchainMissing,
+    built_module,
     exit_codes,
-    go_requirement,
     kill_pid,
     kubeapi,
     kubernetes_version,
@@ -147,6 +148,14 @@ NODE_CONTAINERD = os.environ.get("GCU_NODE_CONTAINERD", "2")
 # Per choice: the config version that containerd reads, and how to install it when it is missing.
 NODE_CONTAINERDS = {"2": (3, f"{TOOLCHAIN_HINT} (it builds containerd 2 from devtools/containerd2)"),
                     "1.6": (2, "apt-get install containerd")}
+
+# Every real node carries it (the kubelet sets it): what pins a workload to a node where pods really run, the cluster
+# having simulated nodes beside them.
+REAL_NODE_LABEL = "gcu-stack.dev/real-node"
+# A stand-in GCU as NFD's PCI source reads it from /sys/bus/pci/devices/<address>/ (the node's own; see
+# _fake_pci_devices): Enflame's vendor id, a processing accelerator's class (0x12).
+FAKE_GCU_PCI = {"vendor": "0x1e36", "device": "0xc033", "class": "0x120000",
+                "subsystem_vendor": "0x1e36", "subsystem_device": "0x0001"}
 
 NETNS_PREFIX = "gcurn-"
 LINK_PREFIX = "grn"
@@ -231,18 +240,17 @@ class RealNodeError(ComponentFailed):
 
 # --------------------------------------------------------------------------- toolchain
 
+CONTAINERD2_MODULE = ("containerd2", "github.com/containerd/containerd/v2")
+
+
 def containerd2_version() -> str:
     """The containerd 2 version scripts/toolchain/kube.sh builds: devtools/containerd2/go.mod's requirement."""
-    go_mod = PROJECT_DIR / "devtools" / "containerd2" / "go.mod"
-    found = go_requirement(go_mod, "github.com/containerd/containerd/v2")
-    if not found:
-        raise ToolchainMissing(f"{go_mod} requires no github.com/containerd/containerd/v2 version")
-    return found
+    return built_module(*CONTAINERD2_MODULE)[0]
 
 
 def containerd2_bin_dir() -> Path:
     """kube.sh's containerd 2 build (containerd, ctr, the runc shim)."""
-    return CACHE_DIR / f"containerd-{containerd2_version()}" / "bin"
+    return built_module(*CONTAINERD2_MODULE)[1]
 
 
 def _exe(candidates: Iterable[str]) -> Optional[str]:
@@ -677,7 +685,7 @@ class RealNode(StartStop):
         self.kubeconfig = Path(kubeconfig).resolve()
         self.ca_cert = Path(ca_cert).resolve() if ca_cert else None
         self.ca_key = Path(ca_key).resolve() if ca_key else None
-        self.labels = dict(labels or {})
+        self.labels = {REAL_NODE_LABEL: "true", **(labels or {})}
         self.taints = [dict(t) for t in taints]
         self.snapshotter = snapshotter
         self.detach = detach
@@ -796,6 +804,18 @@ class RealNode(StartStop):
     def dev_path(self, name: str = "") -> Path:
         """The node's /dev (a tmpfs of its own), or a device in it, reachable from this machine while it runs."""
         return self.node_path("/dev") / name if name else self.node_path("/dev")
+
+    def _fake_pci_devices(self) -> Path:
+        """A /sys/bus/pci/devices of the node's own: one directory per stand-in GCU, with the attribute files NFD's
+        PCI source reads, so that the real NFD finds them as it finds Enflame cards."""
+        root = self.workdir / "sys-bus-pci-devices"
+        shutil.rmtree(root, ignore_errors=True)
+        for i in range(self.fake_gcus):
+            device = root / f"0000:{i + 1:02x}:00.0"
+            device.mkdir(parents=True)
+            for attribute, value in FAKE_GCU_PCI.items():
+                (device / attribute).write_text(value + "\n")
+        return root
 
     def add_fake_gcus(self, count: int) -> list[Path]:
         """Create /dev/gcu0../dev/gcu<count-1> in the node (character devices c 1:3: "the hardware")."""
@@ -1046,6 +1066,8 @@ class RealNode(StartStop):
         self.state["etc_containerd"] = os.path.isdir("/etc/containerd")
         if self.state["etc_containerd"]:
             script.append(f"mount --bind '{self.containerd_dir}' /etc/containerd")
+        if self.fake_gcus:   # the machine's PCI devices give way to the stand-in GCUs, in this node only
+            script.append(f"mount --bind '{self._fake_pci_devices()}' /sys/bus/pci/devices")
         for key, value in KERNEL_TUNABLES.items():
             shadow = self.workdir / "sysctl" / key.replace("/", ".")
             shadow.write_text(value + "\n")

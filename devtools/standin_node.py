@@ -3,7 +3,7 @@
 `build_images` builds every image the seed runs from images/ (the toolkit's runtime is runc under the
 enflame name, so pods keep starting once it is the default; the device plugin is the stand-in plugin of
 devtools/fakegcu, which the GCU-share plugin's image runs too; the GCU-share extender is devtools/fakeextender;
-exporter and GFD are stand-in programs; NFD's stand-in comes from a two-line Dockerfile; Nightingale's six parts
+exporter and GFD are stand-in programs; NFD is the real one (images/nfd, from kube.sh's build of devtools/nfd); Nightingale's six parts
 are devtools/fakenightingale), tagged
 `REPOSITORY/<image>:TAG`. `blueprint` is the seed blueprint pointed at them (imagePullPolicy Never; `--gcushare`:
 GCU-share instead of the device plugin),
@@ -28,15 +28,17 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from devtools import fakeextender, fakegcu, fakenightingale, gobuild, imagebuild
-from devtools.realnode import RealNode
+from devtools import NFD_MODULE, ToolchainMissing, built_module, fakeextender, fakegcu, fakenightingale, gobuild, imagebuild
+from devtools.realnode import REAL_NODE_LABEL, RealNode
 from devtools.rootfs import import_base_image, rootfs_tarball
 
+NFD_DOCKERFILE = Path(__file__).resolve().parent.parent / "images" / "nfd" / "Dockerfile"
 REPOSITORY = "gcu-e2e.local/gcu"
 TAG = "e2e"
 KEYS = ("toolkit", "devicePlugin", "exporter", "gfd", "gcusharePlugin", "gcushareScheduler")
 GCUSHARE_KEYS = ("gcusharePlugin", "gcushareScheduler")   # the seed leaves them out (notDeploy)
-NFD_IMAGE = f"{REPOSITORY}/node-feature-discovery:{TAG}"
+NFD_VERSION = f"v{built_module(*NFD_MODULE)[0]}"
+NFD_IMAGE = f"{REPOSITORY}/node-feature-discovery:{NFD_VERSION}"   # the real NFD (images/nfd)
 
 
 def _toolkit_package(path: Path) -> None:
@@ -56,14 +58,12 @@ def build_images(dockerd: Any, workdir: Path) -> list[str]:
     fakeextender.write_package(packages / imagebuild.standin_name("gcushareScheduler"))
     entry = {"build": True, "baseImage": base, "repository": REPOSITORY, "tag": TAG}
     refs = list(imagebuild.build_project_images(dockerd, workdir, packages, {key: entry for key in KEYS}).values())
-    nfd = workdir / "nfd"
-    nfd.mkdir(parents=True, exist_ok=True)
-    (nfd / "Dockerfile").write_text(
-        f"FROM {base}\n"
-        "RUN for p in nfd-master nfd-worker; do printf '#!/bin/sh\\nexec sleep infinity\\n' > /usr/local/bin/$p; "
-        "chmod 755 /usr/local/bin/$p; done\n"
-    )
-    dockerd.docker("build", "-t", NFD_IMAGE, str(nfd))
+    binaries = built_module(*NFD_MODULE)[1]
+    missing = [b for b in ("nfd-master", "nfd-worker") if not (binaries / b).is_file()]
+    if missing:
+        raise ToolchainMissing(f"{', '.join(missing)} missing in {binaries}: run scripts/toolchain.sh kube "
+                               f"(it builds NFD {NFD_VERSION} from devtools/nfd)")
+    dockerd.docker("build", "-t", NFD_IMAGE, "--build-arg", f"BASE_IMAGE={base}", "-f", str(NFD_DOCKERFILE), str(binaries))
     nightingale = fakenightingale.build_images(dockerd, workdir, base, REPOSITORY, TAG)
     return [*refs, NFD_IMAGE, *nightingale]
 
@@ -77,7 +77,9 @@ def blueprint(gcushare: bool = False, nightingale: bool = False, nightingale_nod
     seed = json.loads((Path(__file__).resolve().parent.parent / "blueprints" / "gcu-resource.json").read_text())
     pinned = {"repository": REPOSITORY, "version": TAG, "imagePullPolicy": "Never"}
     spec = seed["spec"]
-    spec["nfd"] = {**spec["nfd"], **pinned, "master": pinned, "worker": pinned}
+    # The real NFD, in its NodeFeature layout; its master on a real node (a simulated one would run nothing).
+    nfd = {**pinned, "version": NFD_VERSION}
+    spec["nfd"] = {**spec["nfd"], **nfd, "master": {**nfd, "nodeSelector": {REAL_NODE_LABEL: "true"}}, "worker": nfd}
     for key in KEYS:
         spec[key] = {**spec[key], **pinned}
     if gcushare:

@@ -24,7 +24,7 @@ from devtools import fakeextender, standin_node
 from devtools.realnode import netns_name
 
 NODE = f"gcu-share-{os.getpid()}"
-LABELS = {"feature.node.kubernetes.io/pci-1e36.present": "true", "enflame.com/gcu.driver.present": "true",
+LABELS = {"enflame.com/gcu.driver.present": "true",
           "enflame.com/gcu.count": "4"}
 
 

@@ -22,7 +22,7 @@ from realnode_fixtures import get, wait_until
 from devtools import clusterdns, fakenightingale, standin_node
 
 NODE = f"n9e-{os.getpid()}"
-LABELS = {"feature.node.kubernetes.io/pci-1e36.present": "true", "enflame.com/gcu.driver.present": "true"}
+LABELS = {"enflame.com/gcu.driver.present": "true"}
 NAMESPACE = "enflame"
 PASSWORD = "n9e-db-Secret-only"
 WEB_NODE_PORT = 30018

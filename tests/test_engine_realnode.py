@@ -4,7 +4,8 @@ A real kubelet with its own containerd (devtools/realnode.py, stand-in GCU devic
 next to a simulated CPU node. The component images are built from images/ with stand-in
 packages (the device plugin is the project's stand-in plugin, the toolkit's runtime runs
 runc) and imported into the node's containerd; the blueprint runs them with
-imagePullPolicy Never. Nothing is simulated on the GCU node: NFD, the toolkit (which
+imagePullPolicy Never. Nothing is simulated on the GCU node: NFD (the real one, which finds the
+stand-in GCUs as PCI devices of Enflame's vendor id and labels the node), the toolkit (which
 activates enflame in containerd from its pod and restarts it), the device plugin
 registering enflame.com/gcu with the kubelet, the exporter, GFD, the post-deploy
 validation pod and a GCU workload all really run there.
@@ -27,6 +28,7 @@ from devtools import standin_node
 from devtools.realnode import RealNode
 
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
+NFD_OWN = "nfd.node.kubernetes.io/feature-labels"   # the labels NFD's master put on the node
 NODE = f"gcu-real-{os.getpid()}"
 
 
@@ -47,8 +49,9 @@ class Env:
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):   # real_node_stack takes the real-node lock itself
     root = tmp_path_factory.mktemp("engine-realnode")
-    # The stand-in GCUs play a node with its driver installed (what NFD labels when the module is loaded).
-    labels = {NFD: "true", "enflame.com/gcu.driver.present": "true"}
+    # The stand-in GCUs play a node with its driver installed (what NFD labels when the module is loaded); the
+    # GCU labels are NFD's to set.
+    labels = {"enflame.com/gcu.driver.present": "true"}
     with real_node_stack(root, NODE, labels, standin_node.blueprint()["spec"], name="realnode") as (cluster, node, stack):
         env = Env(cluster, node, stack, root)
         env.config_before = node.containerd_config.read_bytes()
@@ -65,6 +68,10 @@ def test_1_up_brings_the_seed_up_on_the_real_node_and_gcus_become_allocatable(re
     out = real.outputs()
     assert out["phase"] == "Running" and out["readyResource"] == "5/5", out
     assert out["clusterGCUNodes"] == [NODE]
+    # NFD found the stand-in GCUs on the node's PCI bus and labelled it, its rule marking it a GCU node.
+    meta = real.node_object()["metadata"]
+    assert meta["labels"][NFD] == "true" and meta["labels"]["enflame.com/gcu.present"] == "true"
+    assert {"pci-1e36.present", "enflame.com/gcu.present"} <= set(meta["annotations"][NFD_OWN].split(",")), meta
     assert real.node_object()["status"]["allocatable"]["enflame.com/gcu"] == "4"
     assert out["validation"]["passed"] is True and out["validation"]["nodes"][NODE]["workload"] == "passed"
     # The toolkit's pod activated enflame in this node's containerd, and containerd restarted for it.
@@ -100,6 +107,8 @@ def test_4_destroy_restores_the_node_exactly_and_leaves_it_ready(real):
     assert not list(real.node.containerd_conf_d.glob("*enflame*"))
     wait_until(lambda: real.cri()["default"] != "enflame", 60, "containerd without enflame")
     meta = real.node_object()
-    # Only the labels the node started with (its "installed driver" mark) are left.
+    # Only the labels the node started with (its "installed driver" mark) are left: NFD's went with NFD.
     assert not [k for k in meta["metadata"]["labels"] if k.startswith("enflame.com/gcu") and k != "enflame.com/gcu.driver.present"]
+    assert not [k for k in meta["metadata"]["labels"] if k.startswith("feature.node.kubernetes.io/")], meta
+    assert not [k for k in meta["metadata"].get("annotations") or {} if k.startswith("nfd.node.kubernetes.io/")]
     assert any(c["type"] == "Ready" and c["status"] == "True" for c in meta["status"]["conditions"])

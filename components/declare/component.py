@@ -53,6 +53,8 @@ class GcuComponent(pulumi.ComponentResource):
         crds = [self._declare(o, []) for o in plan.of_role(CRD)]
         custom = [self._declare(o, crds + base) for o in plan.of_role(CUSTOM)]
         first = list(args.after) + base + support + custom
+        if definition.before is not None and args.step is not None:
+            first.append(definition.before.declare(replace(args.step, parent=self, after=list(first), owner=self)).resource)
 
         readiness: list[pulumi.Output[bool]] = []
         self.workloads: list[pulumi.CustomResource] = []

@@ -87,7 +87,7 @@ class GcuStack(pulumi.ComponentResource):
 
     def _component(self, definition: ComponentDef, after: list) -> GcuComponent:
         planned = self._plan.components[definition.key]
-        step = self._step_context_for(definition.key, []) if definition.then is not None else None
+        step = self._step_context_for(definition.key, []) if (definition.then or definition.before) is not None else None
         return GcuComponent(
             definition.key,
             ComponentArgs(plan=planned, after=after, namespace=self._namespaces.get(planned.resolved.namespace), step=step),

@@ -27,7 +27,7 @@ def _node_ports(plan: objects.Plan) -> list[str]:
 
 
 def _component_checks(plan: objects.Plan) -> list[str]:
-    return [
+    return [problem for component in plan.deployed for problem in component.variant_problems] + [
         problem
         for component in plan.deployed
         if component.definition.checks is not None

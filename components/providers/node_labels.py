@@ -141,6 +141,29 @@ def driver_message(missing: list[str], driver_label: str) -> str:
     )
 
 
+# NFD's API (v0.14 on): a worker publishes a node's features as a NodeFeature object; the master then labels the node
+# and lists the labels it manages in this annotation.
+NODE_FEATURES = ("nfd.k8s-sigs.io", "v1alpha1", "nodefeatures")
+NFD_NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
+NFD_LABELS_ANNOTATION = "nfd.node.kubernetes.io/feature-labels"
+NFD_LABELLING_SECONDS = 120
+
+
+def published_features(api: Any) -> set[str]:
+    """The nodes whose NFD worker has published a NodeFeature (none where the NFD API is not installed)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        found = json.loads(client.CustomObjectsApi(api.api_client).list_cluster_custom_object(
+            *NODE_FEATURES, _preload_content=False).data)
+    except ApiException as error:
+        if error.status == 404:
+            return set()
+        raise
+    return {((item.get("metadata") or {}).get("labels") or {}).get(NFD_NODE_NAME_LABEL) for item in found.get("items") or []} - {None}
+
+
 class NodeLabeler:
     """Lists nodes page by page and reconciles managed labels with bounded parallelism."""
 
@@ -208,7 +231,21 @@ class NodeLabeler:
         wanted = {} if remove_all else self._wanted(node)
         return plan_node(meta["name"], meta.get("labels") or {}, meta.get("annotations") or {}, wanted)
 
+    def await_nfd_labels(self, seconds: float = NFD_LABELLING_SECONDS) -> list[str]:
+        """Wait until NFD's master has labelled every node whose worker published its features (a node that joined
+        just before is not passed over as a node without GCUs); returns the nodes still unlabelled at the end."""
+        deadline = time.monotonic() + seconds
+        while True:
+            published = published_features(self.api)
+            waiting = sorted(n["metadata"]["name"] for n in self.list_nodes() if n["metadata"]["name"] in published
+                             and NFD_LABELS_ANNOTATION not in (n["metadata"].get("annotations") or {}))
+            if not waiting or time.monotonic() > deadline:
+                return waiting
+            self.sleep(1.0)
+
     def apply(self, require_driver: bool = False) -> ApplyReport:
+        if not self.selection.names and not self.selection.selector:   # GCU nodes are what NFD labels
+            self.await_nfd_labels()
         nodes = self.list_nodes()
         before = self.observe(nodes)
         if require_driver:

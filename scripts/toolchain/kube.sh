@@ -17,6 +17,8 @@
 #               proves the config versions 3 and 4 the runtime activation writes (tests/test_containerd_host.py).
 #               Debian's containerd 1.6 stays for the private containerd of the runtime tests and for real nodes
 #               with GCU_NODE_CONTAINERD=1.6
+#   nfd         Node Feature Discovery <version> (nfd-master, nfd-worker: what images/nfd puts in the real nodes' NFD
+#               image) built from devtools/nfd into $CACHE/nfd-<version>/bin/
 #   etcd        etcd server <version> built from Go modules with devtools/etcd into $CACHE/etcd-<version>/bin/etcd
 #               (if that fails: Debian's etcd-server 3.4, with a loud warning)
 #   kwok        sigs.k8s.io/kwok (simulated nodes) into $CACHE/kwok-<version>/bin/kwok, plus its default stages
@@ -67,6 +69,8 @@ COREDNS_MOD_DIR="$REPO_DIR/devtools/coredns"
 ETCD_MOD_DIR="$REPO_DIR/devtools/etcd"
 CONTAINERD_MOD_DIR="$REPO_DIR/devtools/containerd2"
 CONTAINERD_BINS=(containerd containerd-shim-runc-v2 ctr)
+NFD_MOD_DIR="$REPO_DIR/devtools/nfd"
+NFD_BINS=(nfd-master nfd-worker)
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 KWOK_GO_MIN=1.26.0          # sigs.k8s.io/kwok v0.8.0's go line
 KUBE_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
@@ -83,6 +87,8 @@ K8S_VERSION="$(required_version "$KUBE_MOD_DIR/go.mod" k8s.io/kubernetes)"
 ETCD_VERSION="$(required_version "$ETCD_MOD_DIR/go.mod" go.etcd.io/etcd/server/v3)"
 COREDNS_VERSION="$(required_version "$COREDNS_MOD_DIR/go.mod" github.com/coredns/coredns)"
 CONTAINERD_VERSION="$(required_version "$CONTAINERD_MOD_DIR/go.mod" github.com/containerd/containerd/v2)"
+NFD_VERSION="$(required_version "$NFD_MOD_DIR/go.mod" sigs.k8s.io/node-feature-discovery)"
+[ -n "$NFD_VERSION" ] || die "no 'require sigs.k8s.io/node-feature-discovery vX' in $NFD_MOD_DIR/go.mod"
 [ -n "$CONTAINERD_VERSION" ] || die "no 'require github.com/containerd/containerd/v2 vX' in $CONTAINERD_MOD_DIR/go.mod"
 [ -n "$COREDNS_VERSION" ] || die "no 'require github.com/coredns/coredns vX' in $COREDNS_MOD_DIR/go.mod"
 [ -n "$K8S_VERSION" ] || die "no 'require k8s.io/kubernetes vX' in $KUBE_MOD_DIR/go.mod"
@@ -92,6 +98,7 @@ ETCD_DIR="$CACHE_DIR/etcd-$ETCD_VERSION"
 KWOK_DIR="$CACHE_DIR/kwok-$KWOK_VERSION"
 COREDNS_BIN="$CACHE_DIR/coredns-$COREDNS_VERSION/bin"
 CONTAINERD_BIN="$CACHE_DIR/containerd-$CONTAINERD_VERSION/bin"
+NFD_BIN="$CACHE_DIR/nfd-$NFD_VERSION/bin"
 K8S_MINOR="$(echo "$K8S_VERSION" | cut -d. -f2)"
 # What `kube-apiserver --version` and the /version endpoint report (as in an upstream release build).
 K8S_LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION \
@@ -155,7 +162,7 @@ go_step() {   # go_step MIN
 go_min_for_builds() {
   local m="$KWOK_GO_MIN" v
   for v in "$(go_mod_go_line "$KUBE_MOD_DIR/go.mod")" "$(go_mod_go_line "$ETCD_MOD_DIR/go.mod")" "$(go_mod_go_line "$COREDNS_MOD_DIR/go.mod")" \
-           "$(go_mod_go_line "$CONTAINERD_MOD_DIR/go.mod")"; do
+           "$(go_mod_go_line "$CONTAINERD_MOD_DIR/go.mod")" "$(go_mod_go_line "$NFD_MOD_DIR/go.mod")"; do
     if [ -n "$v" ] && ! ver_ge "$m" "$v"; then m="$v"; fi
   done
   echo "$m"
@@ -191,17 +198,25 @@ build_into() {   # build_into DIR MOD_DIR CMD_PREFIX BIN... : one `go build "${G
   rm -rf "$tmp"
 }
 
-kube_step() {
-  local t0 id missing=()
+go_binaries_step() {   # go_binaries_step PART VERSION DIR ID MOD_DIR CMD_PREFIX NOTE CHECK BIN...
+  # Build the BINs DIR lacks under build id ID (GO_BUILD_ARGS set by the caller) from MOD_DIR's CMD_PREFIX/BIN, then
+  # run CHECK (a binary of DIR and its version flag) to show the build runs.
+  local part="$1" version="$2" dir="$3" id="$4" mod="$5" prefix="$6" note="$7" check="$8" t0 missing=()
+  shift 8
   t0="$(now)"
-  id="$(kube_build_id)"
-  mapfile -t missing < <(stale_or_missing "$K8S_BIN" "$id" "${KUBE_BINS[@]}")
-  if [ "${#missing[@]}" -eq 0 ]; then timing kubernetes "$(elapsed "$t0")" "v$K8S_VERSION cached (build id $id)"; return; fi
-  log "building ${missing[*]} v$K8S_VERSION from Go modules (devtools/go, build id $id); cold: 11 to 17 min on 2 cores"
+  mapfile -t missing < <(stale_or_missing "$dir" "$id" "$@")
+  if [ "${#missing[@]}" -eq 0 ]; then timing "$part" "$(elapsed "$t0")" "v$version cached (build id $id)"; return; fi
+  log "building ${missing[*]} v$version from Go modules (${mod#"$REPO_DIR/"}, build id $id)$note"
+  build_into "$dir" "$mod" "$prefix" "${missing[@]}"
+  # shellcheck disable=SC2086 # CHECK is a binary and its flag
+  "$dir"/$check >&2 || die "the ${check%% *} just built does not run"
+  timing "$part" "$(elapsed "$t0")" "built ${missing[*]} v$version (build id $id)"
+}
+
+kube_step() {
   GO_BUILD_ARGS=(-trimpath -ldflags "$K8S_LDFLAGS")
-  build_into "$K8S_BIN" "$KUBE_MOD_DIR" k8s.io/kubernetes/cmd/ "${missing[@]}"
-  "$K8S_BIN/kube-apiserver" --version >&2
-  timing kubernetes "$(elapsed "$t0")" "built ${missing[*]} v$K8S_VERSION (build id $id)"
+  go_binaries_step kubernetes "$K8S_VERSION" "$K8S_BIN" "$(kube_build_id)" "$KUBE_MOD_DIR" k8s.io/kubernetes/cmd/ \
+    "; cold: 11 to 17 min on 2 cores" "kube-apiserver --version" "${KUBE_BINS[@]}"
 }
 
 # ------------------------------------------------------------------------------------------------ kube-proxy
@@ -261,18 +276,27 @@ containerd_build_id() {
 CONTAINERD_TAGS="no_btrfs"
 
 containerd_step() {
-  local t0 id missing=()
-  t0="$(now)"
-  id="$(containerd_build_id)"
-  mapfile -t missing < <(stale_or_missing "$CONTAINERD_BIN" "$id" "${CONTAINERD_BINS[@]}")
-  if [ "${#missing[@]}" -eq 0 ]; then timing containerd2 "$(elapsed "$t0")" "v$CONTAINERD_VERSION cached (build id $id)"; return; fi
-  log "building ${missing[*]} v$CONTAINERD_VERSION from Go modules (devtools/containerd2, build id $id)"
   # version.Version: what `containerd --version` and the CRI report, as in a release build
   GO_BUILD_ARGS=(-trimpath -tags "$CONTAINERD_TAGS"
                  -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=v$CONTAINERD_VERSION")
-  build_into "$CONTAINERD_BIN" "$CONTAINERD_MOD_DIR" github.com/containerd/containerd/v2/cmd/ "${missing[@]}"
-  "$CONTAINERD_BIN/containerd" --version >&2 || die "the containerd just built does not run"
-  timing containerd2 "$(elapsed "$t0")" "built ${missing[*]} v$CONTAINERD_VERSION (build id $id)"
+  go_binaries_step containerd2 "$CONTAINERD_VERSION" "$CONTAINERD_BIN" "$(containerd_build_id)" "$CONTAINERD_MOD_DIR" \
+    github.com/containerd/containerd/v2/cmd/ "" "containerd --version" "${CONTAINERD_BINS[@]}"
+}
+
+# ------------------------------------------------------------------------------------------------ nfd
+# As NFD's own image build does: version.version is what `nfd-master -version` and the NodeFeature objects report, and
+# hostpath.pathPrefix=/host- makes the worker read the node's /sys, /boot, ... where its DaemonSet mounts them.
+NFD_LDFLAGS="-s -w -X sigs.k8s.io/node-feature-discovery/pkg/version.version=v$NFD_VERSION \
+-X sigs.k8s.io/node-feature-discovery/pkg/utils/hostpath.pathPrefix=/host-"
+nfd_build_id() {
+  { grep -v '^[[:space:]]*//' "$NFD_MOD_DIR/go.mod"; cat "$NFD_MOD_DIR/go.sum"
+    echo "CGO_ENABLED=0 -trimpath $NFD_LDFLAGS"; } | sha256sum | cut -c1-16
+}
+
+nfd_step() {
+  GO_BUILD_ARGS=(-trimpath -ldflags "$NFD_LDFLAGS")
+  go_binaries_step nfd "$NFD_VERSION" "$NFD_BIN" "$(nfd_build_id)" "$NFD_MOD_DIR" sigs.k8s.io/node-feature-discovery/cmd/ \
+    "" "nfd-master -version" "${NFD_BINS[@]}"
 }
 
 # ------------------------------------------------------------------------------------------------ etcd
@@ -374,6 +398,9 @@ status() {
   for b in "${CONTAINERD_BINS[@]}"; do
     if [ -x "$CONTAINERD_BIN/$b" ]; then echo "containerd2: $CONTAINERD_BIN/$b"; else echo "containerd2: $b MISSING"; fi
   done
+  for b in "${NFD_BINS[@]}"; do
+    if [ -x "$NFD_BIN/$b" ]; then echo "nfd: $NFD_BIN/$b (v$NFD_VERSION)"; else echo "nfd: $b MISSING"; fi
+  done
   etcd_bin="$ETCD_DIR/bin/etcd"
   if [ -x "$etcd_bin" ]; then echo "etcd: $etcd_bin ($("$etcd_bin" --version 2>/dev/null | head -n1))"
   elif [ -x /usr/bin/etcd ]; then echo "etcd: FALLBACK /usr/bin/etcd ($(/usr/bin/etcd --version 2>/dev/null | head -n1))"
@@ -453,6 +480,7 @@ case "$cmd" in
     kube_proxy_step
     coredns_step
     containerd_step
+    nfd_step
     etcd_step
     kwok_step
     timing total "$(elapsed "$T_ALL")" "local Kubernetes toolchain ready"
