@@ -15,7 +15,7 @@ import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 from pulumi import automation as auto
 from realservers import PROJECT_DIR, start_dockerd, stop_dockerd
@@ -175,14 +175,23 @@ def engine_stack(root: Path, nodes: list, name: str, *, audit: bool = False, che
         destroy(stack, check=check_destroy)
 
 
+class RealNodeStack(NamedTuple):
+    cluster: Any
+    node: Any
+    stack: auto.Stack
+    # join(name, labels, fake_gcus) -> a further real node started now, with the stand-in images (a node joining the
+    # cluster after `up`); stopped, and held to leave nothing behind, with the first.
+    join: Callable[..., Any]
+
+
 @contextmanager
-def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, name: str) -> Iterator[tuple[Any, Any, auto.Stack]]:
+def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, name: str) -> Iterator[RealNodeStack]:
     """`local_servers` (one simulated CPU node) with a real GCU node `node_name` (4 stand-in GCUs, `labels`) that
     has the stand-in images of devtools/standin_node.py, and a stack `name` deploying `spec` with them; yields
-    (cluster, node, stack) before anything is deployed. The servers, the images and the stack are made before the
-    machine's real-node lock is taken (shared: the node keeps to itself, /usr/local/enflame included), the node
+    (cluster, node, stack, join) before anything is deployed. The servers, the images and the stack are made before
+    the machine's real-node lock is taken (shared: the node keeps to itself, /usr/local/enflame included), the node
     after. When the block ends normally the stack is destroyed; however it ends, the scheduler leaves the node's
-    network (restart_scheduler may have put it there) and the node stops and must leave nothing behind."""
+    network (restart_scheduler may have put it there) and the nodes stop and must leave nothing behind."""
     from realnode_fixtures import real_node_machine_lock
 
     from devtools import standin_node
@@ -197,16 +206,25 @@ def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, nam
         set_json_config(stack, "containerd", standin_node.containerd_settings())
         with real_node_machine_lock(shared=True):
             node = RealNode.for_cluster(cluster, root / "node", node_name, labels=labels, fake_gcus=4)
+            nodes = [node]
+
+            def join(joining: str, joining_labels: dict, fake_gcus: int) -> RealNode:
+                late = RealNode.for_cluster(cluster, root / joining, joining, labels=joining_labels, fake_gcus=fake_gcus)
+                nodes.append(late)
+                late.start()
+                late.import_images(dockerd, refs)
+                return late
+
             try:
                 node.start()
                 node.import_images(dockerd, refs)
-                yield cluster, node, stack
+                yield RealNodeStack(cluster, node, stack, join)
                 destroy(stack)
             finally:
                 if cluster.scheduler_address != "127.0.0.1":
                     cluster.restart_scheduler()
-                left = node.stop()
-                assert left == [] and not any(node.leftovers().values()), (left, node.leftovers())
+                left = {n.name: (n.stop(), n.leftovers()) for n in reversed(nodes)}
+                assert not [n for n, (stopped, found) in left.items() if stopped or any(found.values())], left
 
 
 def up_converged(stack: auto.Stack, **kwargs) -> auto.UpResult:

@@ -31,7 +31,7 @@ LABELS = {"enflame.com/gcu.driver.present": "true",
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):   # real_node_stack takes the real-node lock itself
     spec = standin_node.blueprint(gcushare=True)["spec"]
-    with real_node_stack(tmp_path_factory.mktemp("engine-gcushare"), NODE, LABELS, spec, name="gcushare") as (cluster, node, stack):
+    with real_node_stack(tmp_path_factory.mktemp("engine-gcushare"), NODE, LABELS, spec, name="gcushare") as (cluster, node, stack, _):
         yield {"cluster": cluster, "node": node, "stack": stack}
 
 

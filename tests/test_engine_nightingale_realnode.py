@@ -34,7 +34,7 @@ def real(tmp_path_factory):   # real_node_stack takes the real-node lock itself
     volume = root / "volume" / "mysql"   # the kubelet creates the last part (DirectoryOrCreate)
     volume.parent.mkdir()
     spec = standin_node.blueprint(nightingale=True, nightingale_node=NODE, nightingale_volume=str(volume))["spec"]
-    with real_node_stack(root, NODE, LABELS, spec, name="nightingale") as (cluster, node, stack):
+    with real_node_stack(root, NODE, LABELS, spec, name="nightingale") as (cluster, node, stack, _):
         clusterdns.up(cluster.kubeconfig, [node], replicas=1)   # the parts find each other by their Service names
         stack.set_config("gcu-stack:nightingaleDbPassword", auto.ConfigValue(PASSWORD, secret=True))
         yield {"cluster": cluster, "node": node, "stack": stack, "volume": volume}

@@ -30,6 +30,8 @@ from devtools.realnode import RealNode
 NFD = "feature.node.kubernetes.io/pci-1e36.present"
 NFD_OWN = "nfd.node.kubernetes.io/feature-labels"   # the labels NFD's master put on the node
 NODE = f"gcu-real-{os.getpid()}"
+LATE = f"gcu-late-{os.getpid()}"
+AGENTS = {"toolkit", "devicePlugin", "exporter", "gfd", "nfd"}   # the seed's pods on every GCU node
 
 
 class Env:
@@ -52,9 +54,10 @@ def real(tmp_path_factory):   # real_node_stack takes the real-node lock itself
     # The stand-in GCUs play a node with its driver installed (what NFD labels when the module is loaded); the
     # GCU labels are NFD's to set.
     labels = {"enflame.com/gcu.driver.present": "true"}
-    with real_node_stack(root, NODE, labels, standin_node.blueprint()["spec"], name="realnode") as (cluster, node, stack):
+    with real_node_stack(root, NODE, labels, standin_node.blueprint()["spec"], name="realnode") as (cluster, node, stack, join):
         env = Env(cluster, node, stack, root)
         env.config_before = node.containerd_config.read_bytes()
+        env.join = join
         yield env
 
 
@@ -100,9 +103,54 @@ def test_3_a_second_up_changes_and_restarts_nothing(real):
     assert real.node.containerd_pid() == containerd
 
 
-def test_4_destroy_restores_the_node_exactly_and_leaves_it_ready(real):
+def test_4_a_node_that_joins_after_up_comes_up_with_no_further_up(real):
+    late = real.join(LATE, {"enflame.com/gcu.driver.present": "true"}, fake_gcus=1)
+    real.late, real.late_config_before = late, late.containerd_config.read_bytes()
+
+    def labels() -> dict:
+        return node_object(real.cluster, LATE)["metadata"].get("labels") or {}
+
+    # NFD finds its GCU and labels it; the stack's NodeFeatureRule makes it a GCU node.
+    wait_until(lambda: labels().get(NFD) == "true" and labels().get("enflame.com/gcu.present") == "true", 180,
+               f"NFD labelling {LATE}", diagnose=lambda: json.dumps(labels()))
+
+    def agents_running() -> bool:
+        pods = json.loads(real.cluster.kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={LATE}",
+                                               "-o", "json").stdout)["items"]
+        running = {p["metadata"]["labels"].get("app.kubernetes.io/component") for p in pods
+                   if p["status"].get("phase") == "Running"}
+        return AGENTS <= running
+
+    wait_until(agents_running, 240, f"the agents running on {LATE}")
+    # The toolkit's pod activates enflame in its containerd; the device plugin registers its one GCU.
+    wait_until(lambda: cri_client.runtimes(str(late.containerd_socket))["default"] == "enflame", 120,
+               f"enflame the default runtime of {LATE}'s containerd")
+    wait_until(lambda: node_object(real.cluster, LATE)["status"]["allocatable"].get("enflame.com/gcu") == "1", 120,
+               f"enflame.com/gcu allocatable on {LATE}")
+    pod = shell_pod("late-job", standin_node.NFD_IMAGE, "ls /dev | grep '^gcu'", node_name=LATE,
+                    limits={"enflame.com/gcu": "1"})
+    pod["spec"]["runtimeClassName"] = "enflame"
+    apply(real.cluster, pod)
+    wait_pod_phase(real.cluster, late, "default", "late-job", ("Succeeded",))
+    assert late.pod_log("default", "late-job").split() == ["gcu0"]
+    # The next preview records what the stack keeps about the new node and replaces, creates or deletes nothing.
+    lines: list[str] = []
+    preview = real.stack.preview(diff=True, on_output=lines.append)
+    assert set(preview.change_summary) <= {"same", "update"}, (preview.change_summary, "".join(lines)[-4000:])
+    updated = {line.split()[1].rstrip(":") for line in lines if line.lstrip().startswith("~ ") and "(update)" in line}
+    recorded = {f"pulumi-python:dynamic/gcu:{kind}" for kind in ("GcuNodes", "GcuValidation", "ContainerRuntime")}
+    # (GcuNodes at least: the deploy labels it keeps on GCU nodes are missing on the new one.)
+    assert "pulumi-python:dynamic/gcu:GcuNodes" in updated and updated <= recorded, "".join(lines)[-4000:]
+    print(f"\nthe preview after {LATE} joined: {preview.change_summary}, updating {sorted(updated)}")
+    up_converged(real.stack)
+    assert sorted(real.outputs()["clusterGCUNodes"]) == sorted([NODE, LATE])
+    real.cluster.kubectl("delete", "pod", "late-job", "--wait=true")
+
+
+def test_5_destroy_restores_the_nodes_exactly_and_leaves_them_ready(real):
     real.cluster.kubectl("delete", "pod", "before", "gcu-job", "--wait=true")
     real.stack.destroy(on_output=lambda _: None)
+    assert real.late.containerd_config.read_bytes() == real.late_config_before
     assert real.node.containerd_config.read_bytes() == real.config_before
     assert not list(real.node.containerd_conf_d.glob("*enflame*"))
     wait_until(lambda: real.cri()["default"] != "enflame", 60, "containerd without enflame")
