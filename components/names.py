@@ -9,6 +9,13 @@ import re
 
 GCU_PRESENT_LABEL = "enflame.com/gcu.present"  # every GCU agent's default node selector
 NFD_PCI_LABEL = "feature.node.kubernetes.io/pci-1e36.present"  # NFD: an Enflame PCI device (vendor 1e36)
+# NFD's API (v0.14 on): a worker publishes a node's features as a NodeFeature object; the master then labels the node
+# and lists the labels it manages in its feature-labels annotation.
+NFD_NODE_FEATURES = ("nfd.k8s-sigs.io", "v1alpha1", "nodefeatures")
+NFD_ANNOTATION_PREFIX = "nfd.node.kubernetes.io/"
+NFD_NODE_NAME_LABEL = NFD_ANNOTATION_PREFIX + "node-name"   # on a NodeFeature: the node it describes
+NFD_LABELS_ANNOTATION = NFD_ANNOTATION_PREFIX + "feature-labels"
+NFD_LABEL_NS = "feature.node.kubernetes.io/"   # where NFD puts a label named without a namespace
 DEPLOY_LABEL_PREFIX = "enflame.com/gcu.deploy."  # + component key: "false" keeps that agent off a node
 DEFAULT_DRIVER_LABEL = "enflame.com/gcu.driver.present=true"  # a GCU node with its driver loaded (NFD sets it)
 SELFCHECK = "/usr/local/bin/gcu-selfcheck"  # images/toolkit/gcu-selfcheck.sh: what a validation pod runs by default

@@ -13,14 +13,10 @@ from typing import Any, Optional
 
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
+from ..names import NFD_ANNOTATION_PREFIX, NFD_LABEL_NS, NFD_LABELS_ANNOTATION
 from .bundled import Bundled, bundled_diff, changed_inputs, engine_log, inputs_of
 from .cluster import checked_api, list_nodes
 from .engine_watch import engine_watched
-from .node_labels import NFD_LABELS_ANNOTATION
-
-NFD_ANNOTATION_PREFIX = "nfd.node.kubernetes.io/"
-# Where NFD puts a label whose name in its annotation has no namespace of its own.
-NFD_DEFAULT_LABEL_NS = "feature.node.kubernetes.io/"
 
 
 @dataclass
@@ -36,7 +32,7 @@ INPUTS = tuple(NfdLabelsInputs.__dataclass_fields__)
 def nfd_labels_of(annotations: dict[str, str]) -> list[str]:
     """The labels NFD's annotation names as its own, with their namespace."""
     names = [n.strip() for n in (annotations.get(NFD_LABELS_ANNOTATION) or "").split(",") if n.strip()]
-    return [n if "/" in n else NFD_DEFAULT_LABEL_NS + n for n in names]
+    return [n if "/" in n else NFD_LABEL_NS + n for n in names]
 
 
 def prune_patch(node: dict) -> Optional[dict]:

@@ -18,7 +18,17 @@ from typing import Any, Callable, Optional
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
-from ..names import DEFAULT_DRIVER_LABEL, DEPLOY_LABEL_PREFIX, GCU_PRESENT_LABEL, NFD_PCI_LABEL, OPERANDS_LABEL, PAUSED_FOR_DRIVER_UPGRADE
+from ..names import (
+    DEFAULT_DRIVER_LABEL,
+    DEPLOY_LABEL_PREFIX,
+    GCU_PRESENT_LABEL,
+    NFD_LABELS_ANNOTATION,
+    NFD_NODE_FEATURES,
+    NFD_NODE_NAME_LABEL,
+    NFD_PCI_LABEL,
+    OPERANDS_LABEL,
+    PAUSED_FOR_DRIVER_UPGRADE,
+)
 from .bundled import Bundled, bundled_diff, changed_inputs, inputs_of
 from .cluster import checked_api, list_nodes
 from .engine_watch import engine_watched
@@ -141,11 +151,6 @@ def driver_message(missing: list[str], driver_label: str) -> str:
     )
 
 
-# NFD's API (v0.14 on): a worker publishes a node's features as a NodeFeature object; the master then labels the node
-# and lists the labels it manages in this annotation.
-NODE_FEATURES = ("nfd.k8s-sigs.io", "v1alpha1", "nodefeatures")
-NFD_NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
-NFD_LABELS_ANNOTATION = "nfd.node.kubernetes.io/feature-labels"
 NFD_LABELLING_SECONDS = 120
 
 
@@ -156,7 +161,7 @@ def published_features(api: Any) -> set[str]:
 
     try:
         found = json.loads(client.CustomObjectsApi(api.api_client).list_cluster_custom_object(
-            *NODE_FEATURES, _preload_content=False).data)
+            *NFD_NODE_FEATURES, _preload_content=False).data)
     except ApiException as error:
         if error.status == 404:
             return set()
