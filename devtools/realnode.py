@@ -37,7 +37,8 @@ What the node is made of (everything it writes lives under ``workdir``):
   state) and ``/etc/containerd`` = ``workdir/containerd`` (config.toml, conf.d/): containerd
   is where a node has it, for the toolkit's defaults; ``/usr/local/enflame``, where the toolkit
   installs the runtime, is ``workdir/usr-local-enflame`` (``/usr/local`` is an overlay whose
-  writes go to ``workdir/usr-local``). ``/dev`` is a tmpfs with the usual
+  writes go to ``workdir/usr-local``); ``/usr/lib`` is an overlay too (``workdir/usr-lib``), with the
+  ``/lib/modules`` a node has (this machine has none). ``/dev`` is a tmpfs with the usual
   devices (null, zero, kmsg, pts, ...) and the stand-in GCUs ``/dev/gcu<N>`` (``fake_gcus``),
   so pods that mount the host's /dev (device plugin, exporter, driver) see the node's, and
   whatever they create there stays in the node. With stand-in GCUs, ``/sys/bus/pci/devices`` is the node's own
@@ -59,6 +60,12 @@ What the node is made of (everything it writes lives under ``workdir``):
   reload its config, so runtime activation stops it (``restart_containerd()`` here, or from a
   hostPID pod ``kill $(cat /run/containerd/containerd.pid)``) and it comes back; containers
   keep running.
+* **PID namespace**: containerd (and so its shims and every container) runs in a PID namespace of
+  the node's own, with its own ``/proc``, in a mount namespace under the node's that receives every
+  mount the node makes later (the kubelet's volumes). A hostPID pod (the driver, the toolkit) sees the
+  node's containerd, shims and containers, as on a machine of its own, not every node's on this
+  machine; its pid file holds the pid there (``containerd_pid()`` gives this machine's). The kubelet
+  and kube-proxy stay in the machine's.
 * **kubelet** ``K8S_VERSION`` (``~/.cache/gcu-stack/kubernetes-<version>/bin/kubelet``): the settings of
   REFERENCE.md §5, a client certificate ``system:node:<name>`` signed by the cluster CA
   when ``ca_key`` is given (else the kubeconfig as it is), labels through
@@ -454,6 +461,33 @@ def _ppid(pid: int) -> Optional[int]:
 
 def _all_pids() -> list[int]:
     return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+
+
+def _nspid(pid: int) -> list[str]:
+    """The pids a process has in each PID namespace it is in, this machine's first (its NSpid)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return []
+    return next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+
+
+def _outer_pid(ancestor: Optional[int], inner: int) -> Optional[int]:
+    """This machine's pid of the process `inner` of the PID namespace `ancestor`'s children were made in (`unshare
+    --pid --fork`): its NSpid names `inner` at that namespace's level (a container's own namespace may be nested in
+    it), and `ancestor` is among its forebears (other nodes' namespaces use the same numbers)."""
+    level = len(_nspid(ancestor)) if ancestor else 0
+    if not level:
+        return None
+    for pid in _all_pids():
+        nspid = _nspid(pid)
+        if len(nspid) > level and nspid[level] == str(inner):
+            forebear: Optional[int] = pid
+            while forebear and forebear != ancestor:
+                forebear = _ppid(forebear)
+            if forebear == ancestor:
+                return pid
+    return None
 
 
 def _record_owner(name: str, workdir: Path) -> None:
@@ -1007,9 +1041,9 @@ class RealNode(StartStop):
             raise RealNodeError(f"real node {self.name}: overlay mounts do not work in {self.workdir} ({overlay_error}); "
                                 "the node's /usr/local is one, and so are its containers' root filesystems: give it a "
                                 "workdir on ext4, xfs or tmpfs")
-        usr_local = self.workdir / "usr-local"
+        usr_local, usr_lib = self.workdir / "usr-local", self.workdir / "usr-lib"
         for d in (self.var_lib, self.var_log, self.workdir / "sysctl", self.kubelet_root / "device-plugins",
-                  usr_local / "upper", usr_local / "work", self.usr_local_enflame):
+                  usr_local / "upper", usr_local / "work", usr_lib / "upper", usr_lib / "work", self.usr_local_enflame):
             d.mkdir(parents=True, exist_ok=True)
         self.state["host_paths_before"] = [p for p in HOST_PATHS_KEPT_INSIDE if os.path.lexists(p)]
         missing = [str(r) for r in _cgroup_roots() if not (r / K8S_NAMESPACE).exists()]
@@ -1048,6 +1082,11 @@ class RealNode(StartStop):
             f"mount -t overlay gcu-realnode-usr-local -o 'lowerdir=/usr/local,upperdir={usr_local}/upper,"
             f"workdir={usr_local}/work' /usr/local",
             f"mkdir -p /usr/local/enflame && mount --bind '{self.usr_local_enflame}' /usr/local/enflame",
+            # The kernel modules directory a node has (this machine has none): the driver's pod mounts /lib/modules,
+            # which must be a directory; written through an overlay to the node's own.
+            f"mount -t overlay gcu-realnode-usr-lib -o 'lowerdir=/usr/lib,upperdir={usr_lib}/upper,"
+            f"workdir={usr_lib}/work' /usr/lib",
+            "mkdir -p /usr/lib/modules",
         ]
         # A /dev of its own: what a pod does to the node's /dev (a driver creating device nodes, the
         # kubelet's /dev/termination-log over a hostPath /dev) stays in the node; fake GCUs live there.
@@ -1068,6 +1107,8 @@ class RealNode(StartStop):
             script.append(f"mount --bind '{self.containerd_dir}' /etc/containerd")
         if self.fake_gcus:   # the machine's PCI devices give way to the stand-in GCUs, in this node only
             script.append(f"mount --bind '{self._fake_pci_devices()}' /sys/bus/pci/devices")
+        # Shared: the mount namespace containerd gets under this one (_start_containerd) receives what the node mounts.
+        script.append("mount --make-rshared /")
         for key, value in KERNEL_TUNABLES.items():
             shadow = self.workdir / "sysctl" / key.replace("/", ".")
             shadow.write_text(value + "\n")
@@ -1121,10 +1162,18 @@ class RealNode(StartStop):
         return Path(f"/proc/{holder}/root") / path.lstrip("/")
 
     def containerd_pid(self) -> Optional[int]:
+        """containerd's pid on this machine. Its pid file holds the one in the node's PID namespace (where hostPID pods
+        see it, and kill it to restart it)."""
         try:
-            return int((self.run_containerd_dir / Path(self.CONTAINERD_PIDFILE).name).read_text().strip())
+            inner = int((self.run_containerd_dir / Path(self.CONTAINERD_PIDFILE).name).read_text().strip())
         except (OSError, ValueError):
             return None
+        return self.machine_pid(inner)
+
+    def machine_pid(self, pid: int) -> Optional[int]:
+        """This machine's pid of the process `pid` of the node's PID namespace (a container's pid as containerd and
+        hostPID pods see it); None when it runs no longer."""
+        return _outer_pid(self.pids.get("containerd"), pid)
 
     def _start_containerd(self, deadline: float) -> None:
         tc = self.toolchain
@@ -1140,7 +1189,13 @@ class RealNode(StartStop):
                 "  echo \"gcu-stack realnode: containerd exited ($code), starting it again (restart $n)\"\n"
                 "  sleep 0.5\n"
                 "done\n")
-        self._spawn("containerd", self.in_node("/bin/sh", "-c", loop), env=env)
+        # In a PID namespace of the node's own, with its /proc (in a mount namespace under the node's, which receives
+        # every mount the node makes later, the kubelet's volumes included): a hostPID pod sees the node's containerd,
+        # shims and containers, not those of every node on the machine (the driver looks for who holds a GCU there).
+        # The loop is its init; when it dies (stop(), or `unshare` killed) the kernel kills the rest.
+        pid_namespace = [tc["unshare"], "--pid", "--fork", "--kill-child", "--mount", "--propagation", "slave",
+                         "--mount-proc", "--"]
+        self._spawn("containerd", self.in_node(*pid_namespace, "/bin/sh", "-c", loop), env=env)
         self._wait_containerd(deadline, previous=None)
 
     def _wait_containerd(self, deadline: float, previous: Optional[int]) -> None:

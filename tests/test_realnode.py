@@ -91,7 +91,8 @@ def machine_before(real_node_machine):
     sweep_machine()
     etc = Path("/etc/containerd/config.toml")
     return {"links": _machine_links(), "run-netns-mount": " /run/netns " in Path("/proc/self/mountinfo").read_text(),
-            "etc-containerd": etc.read_bytes() if etc.exists() else None, "route-localnet": ROUTE_LOCALNET.read_text()}
+            "etc-containerd": etc.read_bytes() if etc.exists() else None, "route-localnet": ROUTE_LOCALNET.read_text(),
+            "lib-modules": os.path.isdir("/lib/modules")}
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +197,13 @@ def test_the_node_keeps_its_network_and_mounts_to_itself(node, machine_before):
     assert str(node.workdir) not in mine and "/var/lib/kubelet" not in mine
     inside_mounts = subprocess.run(node.in_node("cat", "/proc/self/mountinfo"), capture_output=True, text=True,
                                    check=True).stdout
-    assert " /var/lib/kubelet " in inside_mounts, "the kubelet's root dir is a mount inside the node"
+    # The kubelet's root dir is on a shared mount of the node (the node's mounts are shared with the mount namespace
+    # its containerd runs in, which so gets the pods' volumes), never one of the machine's.
+    var_lib = [line for line in inside_mounts.splitlines() if line.split()[4] == "/var/lib"]
+    assert var_lib and "shared:" in var_lib[-1].split(" - ")[0], inside_mounts
+    # The node has the kernel modules directory a driver's pod mounts; the machine has none made for it.
+    subprocess.run(node.in_node("test", "-d", "/lib/modules"), check=True)
+    assert os.path.isdir("/lib/modules") == machine_before["lib-modules"]
     # The machine's /var/lib/kubelet is not the node's (it is not even created).
     assert not os.path.lexists("/var/lib/kubelet") or "var/lib/kubelet" in node.state.get("host_paths_before", [])
     # containerd is where a node has it (the toolkit's defaults), the machine's own config is not touched
@@ -492,7 +499,7 @@ def test_containerd_stopped_from_a_pod_comes_back_and_running_pods_keep_running(
     assert done["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
     # the running pod's process is the same one, and the node still runs new pods
     assert _task_pid(node, survivor["status"]["containerStatuses"][0]["containerID"]) == task
-    assert os.path.exists(f"/proc/{task}")
+    assert node.machine_pid(task) and os.path.exists(f"/proc/{node.machine_pid(task)}")
     assert get(cluster, "pod", "survivor", "default")["status"]["phase"] == "Running"
     apply(cluster, shell_pod("after", image, "echo after", node_name=NODE))
     wait_pod_phase(cluster, node, "default", "after")
@@ -513,6 +520,19 @@ def test_a_second_real_node_runs_beside_and_goes_without_a_trace(cluster, node, 
         pod["spec"]["tolerations"] = [{"key": "enflame.com/gcu", "operator": "Exists"}]
         apply(cluster, pod)
         assert _pod_ip_in(second, wait_pod_phase(cluster, second, "default", "on-second"))
+        # A hostPID pod sees its node's containerd and containers, as on a machine of its own, and none of another
+        # node's: the driver finds who holds a GCU by what the processes it sees have open.
+        apply(cluster, shell_pod("mark-first", node.sandbox_image, "sleep 3607", node_name=NODE))
+        wait_pod_phase(cluster, node, "default", "mark-first", ("Running",))
+        for where, real in ((name, second), (NODE, node)):
+            looker = shell_pod(f"ps-{where}", real.sandbox_image,
+                               "for c in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $c; echo; done", node_name=where)
+            looker["spec"].update(hostPID=True, tolerations=[{"key": "enflame.com/gcu", "operator": "Exists"}])
+            apply(cluster, looker)
+            wait_pod_phase(cluster, real, "default", f"ps-{where}")
+            seen = real.pod_log("default", f"ps-{where}")
+            assert "containerd --config" in seen and "kubelet" not in seen, seen
+            assert ("sleep 3607" in seen) == (real is node), seen
     finally:
         assert second.stop() == []
     assert not any(second.leftovers().values()), second.leftovers()
@@ -523,7 +543,8 @@ def test_a_second_real_node_runs_beside_and_goes_without_a_trace(cluster, node, 
     with pytest.raises(RealNodeError, match=rf"{NODE} is already running on this machine.*down --state-dir"):
         RealNode.for_cluster(cluster, tmp_path / "clash", NODE).start()
     assert _ready(cluster, NODE) and link_name(NODE) in _machine_links()
-    cluster.kubectl("delete", "pod", "on-second", "--force", "--grace-period=0", check=False)
+    cluster.kubectl("delete", "pod", "on-second", f"ps-{name}", f"ps-{NODE}", "mark-first", "--force",
+                    "--grace-period=0", check=False)
 
 
 def _ready(cluster, name: str) -> bool:
@@ -680,8 +701,9 @@ def test_a_node_whose_test_process_and_agent_both_die_is_swept(cluster, tmp_path
                 starter.die()
                 time.sleep(1)
                 left = leftovers(state)
-                # What the sweep is for: the container (its shim outlives containerd), namespace and host link stay
-                assert left["processes"] and left["netns"] and left["interfaces"], left
+                # What the sweep is for: the namespace and host link stay. (The node's containers do not: when
+                # containerd's supervisor is killed, the kernel ends the PID namespace they are in.)
+                assert left["netns"] and left["interfaces"], left
                 assert sweep_stale(min_age=0, only=[name], log=lambda m: None) == [name]
             assert not any(leftovers(state).values()), leftovers(state)
     finally:
