@@ -3,7 +3,8 @@
 `build_images` builds every image the seed runs from images/ (the toolkit's runtime is runc under the
 enflame name, so pods keep starting once it is the default; the device plugin is the stand-in plugin of
 devtools/fakegcu, which the GCU-share plugin's image runs too; the GCU-share extender is devtools/fakeextender;
-exporter and GFD are stand-in programs; NFD is the real one (images/nfd, from kube.sh's build of devtools/nfd); Nightingale's six parts
+exporter and GFD are stand-in programs; the driver's installer is devtools/standin_driver.py's, one image per
+version; NFD is the real one (images/nfd, from kube.sh's build of devtools/nfd); Nightingale's six parts
 are devtools/fakenightingale), tagged
 `REPOSITORY/<image>:TAG`. `blueprint` is the seed blueprint pointed at them (imagePullPolicy Never; `--gcushare`:
 GCU-share instead of the device plugin),
@@ -14,7 +15,7 @@ CLI (for scripts/gcu-stack --real-nodes)::
 
     python -m devtools.standin_node build --docker-state-dir DIR --workdir DIR   # prints the refs, one a line
     python -m devtools.standin_node blueprint [--gcushare] [--nightingale] [--nightingale-node NODE]
-                                              [--nightingale-volume PATH] > gr.json
+                                              [--nightingale-volume PATH] [--driver VERSION] > gr.json
     python -m devtools.standin_node containerd                                  # the gcu-stack:containerd value
     python -m devtools.standin_node policy-config                               # the pack's config for the stack
 """
@@ -28,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from devtools import NFD_MODULE, ToolchainMissing, built_module, fakeextender, fakegcu, fakenightingale, gobuild, imagebuild
+from devtools import NFD_MODULE, ToolchainMissing, built_module, fakeextender, fakegcu, fakenightingale, gobuild, imagebuild, standin_driver
 from devtools.realnode import REAL_NODE_LABEL, RealNode
 from devtools.rootfs import import_base_image, rootfs_tarball
 
@@ -46,8 +47,12 @@ def _toolkit_package(path: Path) -> None:
     imagebuild.tar_gz(path, {"toolkit/bin/enflame-container-runtime": runtime})
 
 
-def build_images(dockerd: Any, workdir: Path) -> list[str]:
-    """Build every image the seed runs into `dockerd`; returns their references."""
+DRIVER_VERSIONS = ("1.0", "2.0")   # the stand-in driver images `build` makes: one to install, one to upgrade to
+
+
+def build_images(dockerd: Any, workdir: Path, driver_versions: tuple[str, ...] = ()) -> list[str]:
+    """Build every image the seed runs into `dockerd`, and the driver's (images/driver, around the stand-in installer
+    of devtools/standin_driver.py) of each of `driver_versions`, tagged with the version; returns their references."""
     base = import_base_image(dockerd, rootfs_tarball(), imagebuild.BASE_IMAGE)
     packages = workdir / "packages"
     imagebuild.write_standins(packages, keys=("exporter", "gfd"), padded=False)
@@ -65,15 +70,22 @@ def build_images(dockerd: Any, workdir: Path) -> list[str]:
                                f"(it builds NFD {NFD_VERSION} from devtools/nfd)")
     dockerd.docker("build", "-t", NFD_IMAGE, "--build-arg", f"BASE_IMAGE={base}", "-f", str(NFD_DOCKERFILE), str(binaries))
     nightingale = fakenightingale.build_images(dockerd, workdir, base, REPOSITORY, TAG)
-    return [*refs, NFD_IMAGE, *nightingale]
+    drivers = []
+    for version in driver_versions:
+        driver_packages = workdir / "driver-packages" / version
+        standin_driver.write_package(driver_packages, version)
+        drivers.append(imagebuild.build_project_images(dockerd, workdir, driver_packages, {"driver": {
+            "build": True, "baseImage": base, "repository": REPOSITORY, "tag": version}})["driver"])
+    return [*refs, NFD_IMAGE, *nightingale, *drivers]
 
 
 def blueprint(gcushare: bool = False, nightingale: bool = False, nightingale_node: Optional[str] = None,
-              nightingale_volume: Optional[str] = None) -> dict:
+              nightingale_volume: Optional[str] = None, driver: Optional[str] = None) -> dict:
     """The seed blueprint, running the stand-in images; with `gcushare`, GCU-share instead of the device plugin
     (as the seed tells operators: the two cannot run side by side); with `nightingale`, Nightingale deployed (the
     seed leaves it out). `nightingale_node` pins Nightingale to one node and `nightingale_volume` puts its database's
-    volume at that path there: a hostPath volume is one node's directory."""
+    volume at that path there: a hostPath volume is one node's directory. With `driver` (a version `build_images`
+    made), the driver deployed too (the seed leaves it out), installing the stand-in driver."""
     seed = json.loads((Path(__file__).resolve().parent.parent / "blueprints" / "gcu-resource.json").read_text())
     pinned = {"repository": REPOSITORY, "version": TAG, "imagePullPolicy": "Never"}
     spec = seed["spec"]
@@ -82,6 +94,9 @@ def blueprint(gcushare: bool = False, nightingale: bool = False, nightingale_nod
     spec["nfd"] = {**spec["nfd"], **nfd, "master": {**nfd, "nodeSelector": {REAL_NODE_LABEL: "true"}}, "worker": nfd}
     for key in KEYS:
         spec[key] = {**spec[key], **pinned}
+    if driver:
+        spec["driver"] = {**spec["driver"], **pinned, "version": driver, "notDeploy": False,
+                          "env": standin_driver.driver_env()}
     if gcushare:
         spec["devicePlugin"]["notDeploy"] = True
         for key in GCUSHARE_KEYS:
@@ -123,17 +138,20 @@ def main(argv: list[str] | None = None) -> int:
     bp.add_argument("--nightingale", action="store_true", help="deploy Nightingale (the seed does not)")
     bp.add_argument("--nightingale-node", help="the node Nightingale runs on (its database volume is there)")
     bp.add_argument("--nightingale-volume", help="the host path of Nightingale's database volume on that node")
+    bp.add_argument("--driver", default=DRIVER_VERSIONS[0], metavar="VERSION",
+                    help=f"the stand-in driver version to deploy (built: {', '.join(DRIVER_VERSIONS)}; default "
+                         f"%(default)s); '' deploys no driver")
     sub.add_parser("containerd")
     sub.add_parser("policy-config")
     args = parser.parse_args(argv)
     if args.cmd == "build":
         from devtools.dockerd import Dockerd
 
-        refs = build_images(Dockerd.from_state_dir(args.docker_state_dir), Path(args.workdir))
+        refs = build_images(Dockerd.from_state_dir(args.docker_state_dir), Path(args.workdir), DRIVER_VERSIONS)
         print("\n".join(refs))
     elif args.cmd == "blueprint":
-        print(json.dumps(blueprint(args.gcushare, args.nightingale, args.nightingale_node, args.nightingale_volume),
-                         indent=2))
+        print(json.dumps(blueprint(args.gcushare, args.nightingale, args.nightingale_node, args.nightingale_volume,
+                                   args.driver or None), indent=2))
     elif args.cmd == "containerd":
         print(json.dumps(containerd_settings()))
     else:

@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 
+from components.names import DEPLOY_LABEL_PREFIX, PAUSED_FOR_DRIVER_UPGRADE
 from components.providers import driver_rollout as du
 
 
@@ -112,10 +113,13 @@ def _ready(pod: dict) -> bool:
 
 
 class CordonWatch:
-    """The most nodes gcu-stack had cordoned at any one time (polled from the API server)."""
+    """What the API server shows while a rollout runs, polled: the most nodes gcu-stack had cordoned at any one time,
+    the nodes whose GCU agents were paused, and, given a PodDisruptionBudget's name (in default), the fewest healthy
+    pods it counted."""
 
-    def __init__(self, cluster):
-        self.cluster, self.most, self._stop = cluster, 0, threading.Event()
+    def __init__(self, cluster, pdb: str = ""):
+        self.cluster, self.pdb, self.most, self.paused, self.fewest_healthy = cluster, pdb, 0, set(), None
+        self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
@@ -123,6 +127,13 @@ class CordonWatch:
             items = json.loads(self.cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
             ours = [n for n in items if (n["metadata"].get("annotations") or {}).get(du.CORDONED_ANNOTATION) == "true"]
             self.most = max(self.most, len(ours))
+            self.paused |= {n["metadata"]["name"] for n in items if PAUSED_FOR_DRIVER_UPGRADE in {
+                v for k, v in (n["metadata"].get("labels") or {}).items() if k.startswith(DEPLOY_LABEL_PREFIX)}}
+            if self.pdb:
+                healthy = (json.loads(self.cluster.kubectl("get", "pdb", self.pdb, "-o", "json").stdout).get("status")
+                           or {}).get("currentHealthy")
+                if healthy is not None:
+                    self.fewest_healthy = healthy if self.fewest_healthy is None else min(self.fewest_healthy, healthy)
             time.sleep(0.2)
 
     def __enter__(self):

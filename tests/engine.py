@@ -185,9 +185,11 @@ class RealNodeStack(NamedTuple):
 
 
 @contextmanager
-def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, name: str) -> Iterator[RealNodeStack]:
+def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, name: str,
+                    driver_versions: tuple[str, ...] = ()) -> Iterator[RealNodeStack]:
     """`local_servers` (one simulated CPU node) with a real GCU node `node_name` (4 stand-in GCUs, `labels`) that
-    has the stand-in images of devtools/standin_node.py, and a stack `name` deploying `spec` with them; yields
+    has the stand-in images of devtools/standin_node.py (with the stand-in driver's of each of `driver_versions`), and
+    a stack `name` deploying `spec` with them; yields
     (cluster, node, stack, join) before anything is deployed. The servers, the images and the stack are made before
     the machine's real-node lock is taken (shared: the node keeps to itself, /usr/local/enflame included), the node
     after. When the block ends normally the stack is destroyed; however it ends, the scheduler leaves the node's
@@ -198,7 +200,7 @@ def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, nam
     from devtools.realnode import RealNode
 
     with local_servers(root, [("cpu-node-1", {})]) as (cluster, dockerd):
-        refs = standin_node.build_images(dockerd, root / "build")
+        refs = standin_node.build_images(dockerd, root / "build", driver_versions)
         stack, _ = prepare_stack(root, cluster, dockerd, name=name)
         stack.remove_config("gcu-stack:blueprint")
         stack.remove_config("gcu-stack:dockerRuntime")

@@ -1,7 +1,7 @@
 #!/bin/sh
 # gcu-driver-entrypoint: bring this node to the GCU kernel driver version this image
 # carries, then stay up, so the DaemonSet pod is Ready exactly while that version is loaded.
-# Standard POSIX sh and coreutils (ls, cat, tail, mkdir, sleep, chroot): any distribution.
+# Standard POSIX sh and coreutils (ls, cat, tail, tr, mkdir, sleep, chroot): any distribution.
 set -eu
 
 DRIVER_DIR=${GCU_DRIVER_DIR:-/opt/enflame/driver}
@@ -135,7 +135,24 @@ is_device_file() {
     return 1
 }
 
-# One line per open GCU device file: "pid N (command) has FILE open [cgroup ...]".
+# The pod a process runs in, from its environment (the runtime sets HOSTNAME, the pod's name, and the kubelet the
+# service variables); empty for a process of no pod.
+pod_of() {
+    host=""
+    in_pod=no
+    while IFS= read -r var; do
+        case $var in
+            HOSTNAME=*) host=${var#HOSTNAME=} ;;
+            KUBERNETES_SERVICE_HOST=*) in_pod=yes ;;
+        esac
+    done <<ENVIRON
+$(tr '\0' '\n' <"$PROC/$1/environ" 2>/dev/null)
+ENVIRON
+    [ "$in_pod" = yes ] && echo "$host"
+    return 0
+}
+
+# One line per open GCU device file: "pid N (command) [of pod P] has FILE open [cgroup ...]".
 # One `ls` for all processes: a node runs thousands, a fork each would take seconds.
 device_users() {
     set -- "$PROC"/[0-9]*/fd
@@ -164,7 +181,8 @@ device_users() {
                         esac
                     done <"$PROC/$pid/cgroup"
                 fi
-                echo "pid $pid ($comm) has $target open$where"
+                pod=$(pod_of "$pid")
+                echo "pid $pid ($comm)${pod:+ of pod $pod} has $target open$where"
                 ;;
         esac
     done
