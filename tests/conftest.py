@@ -24,11 +24,20 @@ from devtools import SERVER_LOGS, kubernetes_version, log_tail  # noqa: E402
 # oldest-Kubernetes leg (scripts/test-oldest-kubernetes.sh, its result recorded in docs/development.md).
 EMULATION_REACH = 3
 OLDER_THAN_SUPPORTED = "older_than_supported"
+# Engine modules that CI's time budget leaves to the extended leg (scripts/test-extended.sh, its result recorded in
+# docs/development.md): README's test command deselects them unless GCU_TEST_EXTENDED=1 or only they were collected.
+EXTENDED = "extended"
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{OLDER_THAN_SUPPORTED}: needs an API server emulating a Kubernetes older "
                                        "than the oldest supported (run by scripts/test-oldest-kubernetes.sh)")
+    config.addinivalue_line("markers", f"{EXTENDED}: an engine module of the extended leg, outside CI's time budget "
+                                       "(run by scripts/test-extended.sh)")
+
+
+def _runs_extended(items) -> bool:
+    return os.environ.get("GCU_TEST_EXTENDED") == "1" or all(item.get_closest_marker(EXTENDED) for item in items)
 
 
 def _can_emulate_older_than_supported() -> bool:
@@ -37,16 +46,48 @@ def _can_emulate_older_than_supported() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    if _can_emulate_older_than_supported():
-        return
-    kept = [item for item in items if not item.get_closest_marker(OLDER_THAN_SUPPORTED)]
+    left_out = set()
+    if not _runs_extended(items):
+        left_out.add(EXTENDED)
+    if not _can_emulate_older_than_supported():
+        left_out.add(OLDER_THAN_SUPPORTED)
+    kept = [item for item in items if not any(item.get_closest_marker(mark) for mark in left_out)]
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])
         items[:] = kept
 
 
+SLOWEST_MODULES = 15
+
+
+def module_seconds(stats: dict) -> list[tuple[float, int, str]]:
+    """(seconds, tests, module) of every test module, slowest first: setup, call and teardown of its tests summed as
+    --durations counts them (a module runs whole on one worker, so this is its share of a worker's time)."""
+    seconds: dict[str, float] = {}
+    tests: dict[str, set] = {}
+    for reports in stats.values():
+        for report in reports:
+            duration, nodeid = getattr(report, "duration", None), getattr(report, "nodeid", "")
+            if duration is None or not nodeid or not getattr(report, "when", None):
+                continue
+            module = nodeid.split("::", 1)[0]
+            seconds[module] = seconds.get(module, 0.0) + duration
+            tests.setdefault(module, set()).add(nodeid)
+    return sorted(((secs, len(tests[m]), m) for m, secs in seconds.items()), reverse=True)
+
+
 def pytest_terminal_summary(terminalreporter):
     """Said at the end of every run (also -q, also the xdist controller, which collects nothing itself)."""
+    modules = module_seconds(terminalreporter.stats)
+    if len(modules) > 1:
+        total = sum(secs for secs, _, _ in modules)
+        terminalreporter.write_sep("=", f"slowest {min(SLOWEST_MODULES, len(modules))} modules (worker seconds; "
+                                        f"{total:.0f} s in all)")
+        for secs, count, module in modules[:SLOWEST_MODULES]:
+            terminalreporter.write_line(f"{secs:8.1f}s  {count:3d} tests  {module}")
+    if os.environ.get("GCU_TEST_EXTENDED") != "1":   # (xdist's controller is not told what its workers deselected)
+        terminalreporter.write_line(f"modules marked {EXTENDED} run only when named alone or in "
+                                    "scripts/test-extended.sh (outside CI's time budget)")
     if not _can_emulate_older_than_supported():
         terminalreporter.write_line(
             f"Kubernetes {kubernetes_version()}: tests marked {OLDER_THAN_SUPPORTED} were deselected (it cannot emulate "

@@ -17,6 +17,9 @@ from harness import seed_spec
 from components.names import DRIVER_POOL_LABEL
 from components.providers import driver_rollout as du
 
+# Outside CI's time budget: scripts/test-extended.sh runs this module (tests/conftest.py EXTENDED).
+pytestmark = pytest.mark.extended
+
 POOL = "gcu-test/pool"
 REPO = "artifact.enflame.cn/galaxy_docker_hub/gcu"
 POOL_OF = {"gcu-a-1": "a", "gcu-a-2": "a", "gcu-b-1": "b", "gcu-own-1": None, "gcu-own-2": None}

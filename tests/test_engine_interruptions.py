@@ -17,6 +17,9 @@ from harness import seed_spec
 from pulumi import automation as auto
 from realnode_fixtures import wait_until
 
+# Outside CI's time budget: scripts/test-extended.sh runs this module (tests/conftest.py EXTENDED).
+pytestmark = pytest.mark.extended
+
 NODES = [("gcu-node-1", GCU_NODE_LABELS, GCUS), ("gcu-node-2", GCU_NODE_LABELS, GCUS), ("cpu-node-1", {})]
 
 

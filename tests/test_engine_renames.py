@@ -28,6 +28,9 @@ from pulumi import automation as auto
 
 from components.providers.cluster import core_api
 
+# Outside CI's time budget: scripts/test-extended.sh runs this module (tests/conftest.py EXTENDED).
+pytestmark = pytest.mark.extended
+
 # The GCU nodes advertise both GCU resources, as the device plugin or the GCU-share plugin would
 # (post-deploy validation looks for the one the deployed plugin advertises).
 GCU = {"capacity": {"enflame.com/gcu": "8", "enflame.com/gcu-memory": "64"}}

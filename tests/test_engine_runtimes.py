@@ -25,6 +25,9 @@ from components.node import cri_client
 from devtools import start_time
 from devtools.containerd import Containerd
 
+# Outside CI's time budget: scripts/test-extended.sh runs this module (tests/conftest.py EXTENDED).
+pytestmark = pytest.mark.extended
+
 NODES = [
     ("gcu-docker-1", GCU_NODE_LABELS, GCUS),
     ("gcu-containerd-1", GCU_NODE_LABELS, {"runtime": "containerd://1.6.20", **GCUS}),

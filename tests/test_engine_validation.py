@@ -15,6 +15,9 @@ from harness import GCU_VALIDATION
 from pulumi import automation as auto
 from realservers import AuditLog
 
+# Outside CI's time budget: scripts/test-extended.sh runs this module (tests/conftest.py EXTENDED).
+pytestmark = pytest.mark.extended
+
 GCU = "enflame.com/gcu"
 NODES = [
     ("gcu-node-1", GCU_NODE_LABELS, GCUS),
