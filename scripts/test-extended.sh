@@ -7,15 +7,10 @@
 # docs/development.md. Extra arguments go to pytest; GCU_TEST_WORKERS as in scripts/test.sh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$ROOT/scripts/setup.sh"
-eval "$("$ROOT/scripts/toolchain.sh" all)"
-cd "$ROOT"
-.venv/bin/python -m devtools.sweep --min-age 0
-workers="${GCU_TEST_WORKERS:-4}"
-parallel=()
-[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile)
+# shellcheck source=lib/test-prelude.sh
+. "$ROOT/scripts/lib/test-prelude.sh"
 started=$(date +%s)
 rc=0
-GCU_TEST_EXTENDED=1 .venv/bin/python -m pytest tests -m extended ${parallel[@]+"${parallel[@]}"} --durations=10 "$@" || rc=$?
+GCU_TEST_EXTENDED=1 .venv/bin/python -m pytest tests -m extended ${PARALLEL[@]+"${PARALLEL[@]}"} --durations=10 "$@" || rc=$?
 echo "==> the extended leg took $(( $(date +%s) - started ))s, exit $rc" >&2
 exit "$rc"

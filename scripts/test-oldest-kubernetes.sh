@@ -8,17 +8,12 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export GCU_KUBERNETES=oldest GCU_NODE_CONTAINERD=1.6
-"$ROOT/scripts/setup.sh"
-eval "$("$ROOT/scripts/toolchain.sh" all)"
-cd "$ROOT"
-.venv/bin/python -m devtools.sweep --min-age 0
-workers="${GCU_TEST_WORKERS:-4}"
-parallel=()
-[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile)
+# shellcheck source=lib/test-prelude.sh
+. "$ROOT/scripts/lib/test-prelude.sh"
 started=$(date +%s)
 rc=0
 .venv/bin/python -m pytest tests/test_engine_e2e.py tests/test_engine_realnode.py tests/test_realnode.py \
-  tests/test_devtools_smoke.py tests/test_kube_support.py tests/test_engine_cluster_identity.py ${parallel[@]+"${parallel[@]}"} --durations=10 "$@" || rc=$?
+  tests/test_devtools_smoke.py tests/test_kube_support.py tests/test_engine_cluster_identity.py ${PARALLEL[@]+"${PARALLEL[@]}"} --durations=10 "$@" || rc=$?
 echo "==> the oldest-Kubernetes leg ($(.venv/bin/python -c 'import devtools; print(devtools.kubernetes_version())')," \
   "containerd 1.6 nodes) took $(( $(date +%s) - started ))s, exit $rc" >&2
 exit "$rc"
