@@ -12,9 +12,8 @@ import shlex
 from typing import Any, Optional
 
 from .model import ContainerDef, PodAdditions, RbacDef, ResolvedComponent, ResolvedContainer, ResolvedWorkload
-from .names import DEPLOY_LABEL_PREFIX, DRIVER_POOL_LABEL, OPERANDS_LABEL, PAUSED_FOR_DRIVER_UPGRADE, label_value  # noqa: F401 (tests use it from here)
+from .names import DEPLOY_LABEL_PREFIX, DRIVER_POOL_LABEL, OPERANDS_LABEL, PART_OF, PAUSED_FOR_DRIVER_UPGRADE, label_value  # noqa: F401 (tests use it from here)
 
-PART_OF = "gcu-stack"
 # Where a container that mounts the host's /dev keeps its termination message (the default is in /dev).
 TERMINATION_LOG = "/tmp/termination-log"
 # On a DaemonSet its step replaces: the pod template's hash (template_hash).

@@ -34,6 +34,8 @@ PAUSED_FOR_DRIVER_UPGRADE = "paused-for-driver-upgrade"
 # The driver pool (spec.driver.pools) whose DaemonSet runs on a node. Set by a pool's rollout once the node is drained and
 # its old driver pod gone, never by a selector: relabelling a node must not swap its driver under a running job.
 DRIVER_POOL_LABEL = "gcu-stack.enflame.com/driver-pool"
+PART_OF_LABEL, PART_OF = "app.kubernetes.io/part-of", "gcu-stack"   # on every pod gcu-stack runs
+REVISION_LABEL = "controller-revision-hash"   # a DaemonSet pod's revision, set by its controller
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 LABEL_VALUE_MAX = 63

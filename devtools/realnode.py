@@ -325,9 +325,10 @@ def find_toolchain() -> dict:
 # --------------------------------------------------------------------------- containerd's configuration
 
 def containerd_config_text(version: int, *, root: Path, state: Path, opt: Path, imports: str, pause_ref: str,
-                           snapshotter: str, cni_bin_dir: str, cni_conf_dir: Path) -> str:
+                           snapshotter: str, cni_bin_dir: str, cni_conf_dir: Path, registry_hosts: Path) -> str:
     """The node's config.toml: the same settings in containerd 1.6's format (``version = 2``, one CRI plugin) or
-    containerd 2's (``version = 3``: the CRI split into runtime, images and the gRPC server's own settings)."""
+    containerd 2's (``version = 3``: the CRI split into runtime, images and the gRPC server's own settings).
+    `registry_hosts`: the directory of per-registry ``hosts.toml`` files (RealNode.mirror), read at each pull."""
     head = f"""version = {version}
 root = "{root}"
 state = "{state}"
@@ -363,6 +364,8 @@ disabled_plugins = [{'"io.containerd.snapshotter.v1.aufs", ' if version == 2 els
     bin_dir = "{cni_bin_dir}"
     conf_dir = "{cni_conf_dir}"
     max_conf_num = 1
+  [{cri}.registry]
+    config_path = "{registry_hosts}"
 """
     runtime, images = 'plugins."io.containerd.cri.v1.runtime"', 'plugins."io.containerd.cri.v1.images"'
     return head + f"""
@@ -379,6 +382,8 @@ disabled_plugins = [{'"io.containerd.snapshotter.v1.aufs", ' if version == 2 els
   snapshotter = "{snapshotter}"
   [{images}.pinned_images]
     sandbox = "{pause_ref}"
+  [{images}.registry]
+    config_path = "{registry_hosts}"
 
 [plugins."io.containerd.grpc.v1.cri"]
   stream_server_address = "127.0.0.1"
@@ -1143,7 +1148,25 @@ class RealNode(StartStop):
             f"# containerd of the gcu-stack real node {self.name} (devtools/realnode.py)\n" + containerd_config_text(
                 self.containerd_config_version, root=d / "root", state=d / "state", opt=d / "opt",
                 imports=f"{self.node_conf_d}/*.toml", pause_ref=pause_ref, snapshotter=self.snapshotter,
-                cni_bin_dir=self.toolchain["cni_dir"], cni_conf_dir=cni))
+                cni_bin_dir=self.toolchain["cni_dir"], cni_conf_dir=cni, registry_hosts=self.registry_hosts))
+
+    @property
+    def registry_hosts(self) -> Path:
+        """containerd's registry hosts directory (``<registry name>/hosts.toml``), read at each pull."""
+        return self.containerd_dir / "certs.d"
+
+    def mirror(self, registry_name: str, port: int) -> None:
+        """Images named under `registry_name` are pulled over plain HTTP from port `port` of this machine, which the
+        node reaches through its veth (devtools/ociregistry's Registry listens there)."""
+        import tomlkit
+
+        endpoint = f"http://{self.host_ip}:{port}"
+        hosts = tomlkit.document()
+        hosts["server"] = endpoint
+        hosts["host"] = {endpoint: {"capabilities": ["pull", "resolve"]}}
+        target = self.registry_hosts / registry_name / "hosts.toml"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(tomlkit.dumps(hosts))
 
     @property
     def containerd_config_version(self) -> int:

@@ -34,7 +34,8 @@ from devtools.realnode import REAL_NODE_LABEL, RealNode
 from devtools.rootfs import import_base_image, rootfs_tarball
 
 NFD_DOCKERFILE = Path(__file__).resolve().parent.parent / "images" / "nfd" / "Dockerfile"
-REPOSITORY = "gcu-e2e.local/gcu"
+REGISTRY_NAME = "gcu-e2e.local"   # no such host: nodes import these images, or pull them from a local registry
+REPOSITORY = f"{REGISTRY_NAME}/gcu"
 TAG = "e2e"
 KEYS = ("toolkit", "devicePlugin", "exporter", "gfd", "gcusharePlugin", "gcushareScheduler")
 GCUSHARE_KEYS = ("gcusharePlugin", "gcushareScheduler")   # the seed leaves them out (notDeploy)
@@ -77,6 +78,11 @@ def build_images(dockerd: Any, workdir: Path, driver_versions: tuple[str, ...] =
         drivers.append(imagebuild.build_project_images(dockerd, workdir, driver_packages, {"driver": {
             "build": True, "baseImage": base, "repository": REPOSITORY, "tag": version}})["driver"])
     return [*refs, NFD_IMAGE, *nightingale, *drivers]
+
+
+def driver_image(version: str) -> str:
+    """The reference of the stand-in driver image `build_images` makes for `version`."""
+    return f"{REPOSITORY}/gcu-driver:{version}"
 
 
 def blueprint(gcushare: bool = False, nightingale: bool = False, nightingale_node: Optional[str] = None,

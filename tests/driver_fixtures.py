@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 import time
+from datetime import timezone
 
 from components.names import DEPLOY_LABEL_PREFIX, PAUSED_FOR_DRIVER_UPGRADE
 from components.providers import driver_rollout as du
@@ -108,6 +109,10 @@ def wait_settled(cluster, nodes: list[str], agents: tuple = AGENTS) -> None:
                what=f"{', '.join(nodes)} Ready, each with a Ready driver and device plugin, the GCU jobs Ready")
 
 
+def nodes_json(cluster) -> list[dict]:
+    return json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+
+
 def _ready(pod: dict) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or [])
 
@@ -124,7 +129,7 @@ class CordonWatch:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            items = json.loads(self.cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+            items = nodes_json(self.cluster)
             ours = [n for n in items if (n["metadata"].get("annotations") or {}).get(du.CORDONED_ANNOTATION) == "true"]
             self.most = max(self.most, len(ours))
             self.paused |= {n["metadata"]["name"] for n in items if PAUSED_FOR_DRIVER_UPGRADE in {
@@ -143,6 +148,52 @@ class CordonWatch:
     def __exit__(self, *exc):
         self._stop.set()
         self.thread.join()
+
+
+class PrepullWatch:
+    """The driver's pre-pull pods as a Kubernetes watch sees them while a rollout runs: by node, when its kubelet first
+    started a pre-pull container (RFC 3339, as the kubelet reports it), i.e. the node had the new images."""
+
+    def __init__(self, cluster, namespace: str = "kube-system", daemonset: str = "enflame-gcu-driver"):
+        from kubernetes import client, watch
+
+        from components.providers.driver_prepull import selector
+
+        self.started: dict[str, str] = {}
+        self._core = client.CoreV1Api(cluster.api.client)
+        self._new_watch = watch.Watch
+        self._watch = watch.Watch()
+        self._stopped = threading.Event()
+        self._args = {"namespace": namespace, "label_selector": selector(daemonset), "timeout_seconds": 60}
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        since = None
+        while not self._stopped.is_set():   # each watch request ends (its timeout, an API server closing it): reopened
+            try:   # from where the last one was, so no change in between is missed
+                for event in self._watch.stream(self._core.list_namespaced_pod, **self._args,
+                                                 **({"resource_version": since} if since else {})):
+                    self._record(event["object"])
+                    since = event["object"].metadata.resource_version
+            except Exception:  # noqa: BLE001 - reopened
+                time.sleep(0.5)
+            self._watch = self._new_watch()
+
+    def _record(self, pod) -> None:
+        for status in pod.status.container_statuses or []:
+            state = status.state
+            begun = (state.running and state.running.started_at) or (state.terminated and state.terminated.started_at)
+            if begun is not None:
+                stamp = begun.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                self.started[pod.spec.node_name] = min(self.started.get(pod.spec.node_name, stamp), stamp)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stopped.set()
+        self._watch.stop()
 
 
 def make_not_ready(cluster, name: str) -> None:

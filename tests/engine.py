@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import subprocess
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple
@@ -186,10 +186,11 @@ class RealNodeStack(NamedTuple):
 
 @contextmanager
 def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, name: str,
-                    driver_versions: tuple[str, ...] = ()) -> Iterator[RealNodeStack]:
+                    driver_versions: tuple[str, ...] = (), pulled_drivers: tuple[str, ...] = ()) -> Iterator[RealNodeStack]:
     """`local_servers` (one simulated CPU node) with a real GCU node `node_name` (4 stand-in GCUs, `labels`) that
     has the stand-in images of devtools/standin_node.py (with the stand-in driver's of each of `driver_versions`), and
-    a stack `name` deploying `spec` with them; yields
+    a stack `name` deploying `spec` with them; the driver images of `pulled_drivers` (of `driver_versions`) are not
+    imported but served by a registry (devtools/ociregistry) that every node pulls them from; yields
     (cluster, node, stack, join) before anything is deployed. The servers, the images and the stack are made before
     the machine's real-node lock is taken (shared: the node keeps to itself, /usr/local/enflame included), the node
     after. When the block ends normally the stack is destroyed; however it ends, the scheduler leaves the node's
@@ -197,10 +198,23 @@ def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, nam
     from realnode_fixtures import real_node_machine_lock
 
     from devtools import standin_node
+    from devtools.ociregistry import Registry
     from devtools.realnode import RealNode
 
-    with local_servers(root, [("cpu-node-1", {})]) as (cluster, dockerd):
-        refs = standin_node.build_images(dockerd, root / "build", driver_versions)
+    with local_servers(root, [("cpu-node-1", {})]) as (cluster, dockerd), ExitStack() as held:
+        built = standin_node.build_images(dockerd, root / "build", driver_versions)
+        served = [standin_node.driver_image(version) for version in pulled_drivers]
+        registry = held.enter_context(Registry(root / "registry")) if served else None
+        for ref in served:
+            registry.push(dockerd, ref)
+        refs = [ref for ref in built if ref not in served]
+
+        def ready(node: RealNode) -> RealNode:
+            node.start()
+            if registry:
+                node.mirror(standin_node.REGISTRY_NAME, registry.port)
+            node.import_images(dockerd, refs)
+            return node
         stack, _ = prepare_stack(root, cluster, dockerd, name=name)
         stack.remove_config("gcu-stack:blueprint")
         stack.remove_config("gcu-stack:dockerRuntime")
@@ -213,13 +227,10 @@ def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, nam
             def join(joining: str, joining_labels: dict, fake_gcus: int) -> RealNode:
                 late = RealNode.for_cluster(cluster, root / joining, joining, labels=joining_labels, fake_gcus=fake_gcus)
                 nodes.append(late)
-                late.start()
-                late.import_images(dockerd, refs)
-                return late
+                return ready(late)
 
             try:
-                node.start()
-                node.import_images(dockerd, refs)
+                ready(node)
                 yield RealNodeStack(cluster, node, stack, join)
                 destroy(stack)
             finally:

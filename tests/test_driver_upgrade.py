@@ -22,6 +22,7 @@ from driver_fixtures import (
     make_ready,
     moved_once,
     names,
+    nodes_json,
     ordinary,
     pending_tainted,
     pods,
@@ -37,6 +38,7 @@ from realnode_fixtures import wait_until
 from components.catalog import BY_KEY
 from components.manifests import workload_manifest
 from components.model import PodAdditions
+from components.providers import driver_prepull as prepull
 from components.providers import driver_rollout as du
 from components.providers.install_key import install_key
 from components.providers.node_changes import NodeChanges
@@ -221,6 +223,33 @@ def test_the_preview_says_how_many_nodes_run_at_once_within_the_budget():
     assert any(line.startswith("  up to 2 node(s) at once") for line in lines), lines
 
 
+def test_a_prepull_pod_runs_each_image_of_the_revision_once_and_tells_pulled_from_an_image_error():
+    template = {"spec": {"imagePullSecrets": [{"name": "registry"}],
+                         "initContainers": [{"name": "init", "image": "drv:2.0", "imagePullPolicy": "Always"}],
+                         "containers": [{"name": "driver", "image": "drv:2.0"}, {"name": "helper", "image": "tools:1"}]}}
+    pod = prepull.prepull_pod(template, "enflame-gcu-driver", "kube-system", "6f7c9", "gcu-node-1")
+    spec = pod["spec"]
+    assert [(c["image"], c["imagePullPolicy"]) for c in spec["containers"]] == [("drv:2.0", "Always"), ("tools:1", "IfNotPresent")]
+    assert spec["nodeName"] == "gcu-node-1" and spec["tolerations"] == [{"operator": "Exists"}] and spec["restartPolicy"] == "Never"
+    assert spec["imagePullSecrets"] == [{"name": "registry"}] and all("resources" not in c for c in spec["containers"])
+    assert pod["metadata"]["labels"] == {prepull.PREPULL_LABEL: "enflame-gcu-driver", du.REVISION_LABEL: "6f7c9",
+                                         du.PART_OF_LABEL: du.PART_OF}
+    assert len(prepull.pod_name("d" * 200, "6f7c9", "n" * 100)) == 253
+
+    def status(*states, phase="Pending"):
+        return {**pod, "status": {"phase": phase, "containerStatuses": [
+            {"name": f"pull-{i}", "image": c["image"], "state": state} for i, (c, state) in enumerate(zip(spec["containers"], states, strict=True))]}}
+
+    creating = {"waiting": {"reason": "ContainerCreating"}}
+    assert prepull.pull_state(pod)[0] == "pulling"   # nothing reported by the kubelet yet
+    assert prepull.pull_state(status({"running": {}}, creating)) == ("pulling", "tools:1")
+    assert prepull.pull_state(status({"terminated": {"exitCode": 0}}, {"running": {}})) == ("pulled", "")
+    # An image without sh fails to start: its image is on the node all the same.
+    assert prepull.pull_state(status({"waiting": {"reason": "RunContainerError"}}, {"running": {}}))[0] == "pulled"
+    state, why = prepull.pull_state(status({"running": {}}, {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling"}}))
+    assert state == "error" and why == "tools:1: ImagePullBackOff (Back-off pulling)"
+
+
 def test_a_node_without_a_driver_pod_is_skipped_unless_a_rollout_is_still_at_it():
     # The CI failure this pins: a node that failed at `restart driver` (its old pod deleted) was skipped by the next run
     # when its new pod had not been created yet, and never upgraded.
@@ -243,8 +272,14 @@ def test_rollout_moves_only_gcu_pods_one_node_at_a_time_and_restores_every_node(
     jobs_before = names(cluster, "app=training")
     apply(cluster, [manifest("driver", version="2.0")])
     tainted_after: list = []   # after each node: the nodes that still repel GCU jobs
+    pulled_first: dict = {}   # when the pre-pull ends: its pods' states by node, and the nodes gcu-stack had cordoned
 
     def after_each_node(message: str) -> None:
+        if message.startswith("the new driver's images are on"):
+            pulled_first["pods"] = {p["spec"]["nodeName"]: prepull.pull_state(p)[0]
+                                    for p in pods(cluster, prepull.selector("enflame-gcu-driver"), "kube-system")}
+            pulled_first["cordoned"] = {n["metadata"]["name"] for n in nodes_json(cluster)
+                                        if du.CORDONED_ANNOTATION in (n["metadata"].get("annotations") or {})}
         if message.endswith(": driver upgraded"):
             tainted_after.append(pending_tainted(cluster))
             # Done means schedulable as the scheduler sees it: the node controller's cordon taint is gone too.
@@ -255,6 +290,9 @@ def test_rollout_moves_only_gcu_pods_one_node_at_a_time_and_restores_every_node(
         outputs = du.rollout(props(cluster), log=after_each_node)
     assert watch.most == 1  # maxParallel 1: never two nodes cordoned by gcu-stack at once
     assert outputs["upgraded"] == order
+    # Before the first cordon, the kubelet of every node to upgrade had started a pod of the new images; none is left.
+    assert pulled_first == {"pods": {n: "pulled" for n in order}, "cordoned": set()}
+    assert pods(cluster, prepull.selector("enflame-gcu-driver"), "kube-system") == []
     # Until its turn each node repels new GCU pods softly; the skipped node never does; none does afterwards.
     assert tainted_after == [set(order[i + 1:]) for i in range(len(order))]
     assert pending_tainted(cluster) == set()
@@ -277,6 +315,67 @@ def test_rollout_moves_only_gcu_pods_one_node_at_a_time_and_restores_every_node(
     wait_until(lambda: all_ready(cluster, "app.kubernetes.io/name=enflame-gcu-k8s-plugin", 4, "kube-system"), 60, what="plugins back")
     cluster.kubectl("uncordon", "gcu-node-3")
     cluster.kubectl("label", "node", "gcu-node-4", f"{du.SKIP_LABEL}-")
+
+
+@pytest.mark.usefixtures("settled_cluster")
+def test_an_image_a_node_cannot_pull_stops_the_rollout_before_anything_is_cordoned(cluster, monkeypatch):
+    # A fifth GCU node whose kubelet is the test's (kwok does not manage it): it runs its driver pod, and for the
+    # pre-pull pod it reports an image error, as a kubelet does for a tag the registry does not have (it retries, the
+    # error stays).
+    from devtools.localcluster import KWOK_ANNOTATION
+
+    manual = "gcu-node-manual"
+    monkeypatch.setattr(prepull, "IMAGE_ERROR_GRACE_SECONDS", 3.0)
+    jobs = uids(cluster, "app=training")
+    obj = cluster.node_object(manual, dict(GCU), {"capacity": {"enflame.com/gcu": "4"}})
+    del obj["metadata"]["annotations"][KWOK_ANNOTATION]
+    status = obj.pop("status")
+    cluster.api.post("/api/v1/nodes", obj)
+    stop = threading.Event()
+
+    def kubelet() -> None:
+        while not stop.is_set():
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            cluster.api.patch(f"/api/v1/nodes/{manual}/status", {"status": {**status, "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now}]}})
+            for pod in json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json",
+                                                  f"--field-selector=spec.nodeName={manual}").stdout)["items"]:
+                if (pod.get("status") or {}).get("containerStatuses") or pod["metadata"].get("deletionTimestamp"):
+                    continue
+                pulling = prepull.PREPULL_LABEL in pod["metadata"]["labels"]
+                state = {"waiting": {"reason": "ErrImagePull", "message": "failed to pull and unpack image: not found"}} \
+                    if pulling else {"running": {"startedAt": now}}
+                statuses = [{"name": c["name"], "image": c["image"], "imageID": "", "ready": not pulling, "restartCount": 0,
+                             "started": not pulling, "state": state} for c in pod["spec"]["containers"]]
+                ready = [{"type": "Ready", "status": "False" if pulling else "True"}]
+                cluster.api.patch(f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}/status",
+                                  {"status": {"phase": "Pending" if pulling else "Running", "conditions": ready,
+                                              "containerStatuses": statuses}})
+            time.sleep(0.3)
+
+    player = threading.Thread(target=kubelet, daemon=True)
+    player.start()
+    try:
+        wait_until(lambda: manual in du.Cluster(props(cluster)).driver_pods(manual), 60, what=f"a driver pod on {manual}")
+        apply(cluster, [manifest("driver", version="2.5")])
+        with pytest.raises(RuntimeError) as caught:
+            du.rollout(props(cluster, nodes=[*GCU_NODES, manual]))
+        message = str(caught.value)
+        assert f"could not be pulled, so no node was cordoned: {manual}: artifact.enflame.cn" in message, message
+        assert "ErrImagePull (failed to pull and unpack image: not found)" in message and "gcu-node-1" not in message
+        for name in [*GCU_NODES, manual]:   # nothing was done on any node: no cordon, no state, no taint, no pod moved
+            meta = node(cluster, name)
+            assert not meta["spec"].get("unschedulable")
+            assert meta["metadata"]["labels"].get(du.STATE_LABEL) in (None, du.DONE)
+        assert pending_tainted(cluster) == set() and uids(cluster, "app=training") == jobs
+        wait_until(lambda: not pods(cluster, prepull.selector("enflame-gcu-driver"), "kube-system"), 30,
+                   what="the pre-pull pods deleted")
+    finally:
+        stop.set()
+        player.join()
+        cluster.kubectl("delete", "node", manual, "--wait=false")
+        cluster.kubectl("delete", "pods", "-A", f"--field-selector=spec.nodeName={manual}", "--force", "--grace-period=0")
+        apply(cluster, [manifest("driver", version="2.0")])   # back to the revision the nodes run
 
 
 @pytest.mark.usefixtures("settled_cluster")

@@ -11,12 +11,13 @@ must refuse to unload the module and say which pod holds which device.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from driver_fixtures import CordonWatch, all_ready, apply, pods, uids
+from driver_fixtures import CordonWatch, PrepullWatch, all_ready, apply, pods, uids
 from engine import node as node_object
 from engine import outputs, real_node_stack, set_json_config, up_converged
 from realnode_fixtures import wait_until
@@ -32,6 +33,7 @@ NODES = sorted([FIRST, SECOND])
 DRIVER_PODS = "app.kubernetes.io/name=enflame-gcu-driver"
 # 3.0: for the driver pod deleted by hand while the rollout to it waits for its maintenance window.
 VERSIONS = ("1.0", "2.0", "3.0")
+PULLED = "2.0"   # served by a registry, not imported
 IMAGE = f"{standin_node.REPOSITORY}/gcu-driver"
 
 
@@ -80,6 +82,12 @@ class Env:
         return {name: standin_driver.loaded_version(node) for name, node in self.nodes.items()}
 
 
+def pull_events(cluster) -> list[dict]:
+    """The kubelets' image events in kube-system (reason Pulled: pulled, or found already present)."""
+    events = json.loads(cluster.kubectl("get", "events", "-n", "kube-system", "-o", "json").stdout)["items"]
+    return [e for e in events if e.get("reason") == "Pulled"]
+
+
 def ready(pod: dict) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or [])
 
@@ -87,7 +95,9 @@ def ready(pod: dict) -> bool:
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):   # real_node_stack takes the real-node lock itself
     root = tmp_path_factory.mktemp("engine-driver-realnode")
-    with real_node_stack(root, FIRST, {}, spec("1.0"), name="driver-realnode", driver_versions=VERSIONS) as made:
+    # 2.0 is not imported: the nodes pull it from a registry on this machine, as a cluster pulls a new driver.
+    with real_node_stack(root, FIRST, {}, spec("1.0"), name="driver-realnode", driver_versions=VERSIONS,
+                         pulled_drivers=(PULLED,)) as made:
         second = made.join(SECOND, {}, fake_gcus=4)
         yield Env(made.cluster, made.stack, {FIRST: made.node, SECOND: second})
 
@@ -110,13 +120,20 @@ def test_1_up_installs_the_driver_on_both_real_nodes(real):
 
 def test_2_a_new_version_rolls_out_node_by_node_under_the_jobs_pdb(real):
     web_before = uids(real.cluster, "app=web")
-    set_json_config(real.stack, "spec", spec("2.0"))
-    with CordonWatch(real.cluster, pdb="training") as watch:
+    upgraded = spec("2.0")
+    upgraded["driver"]["imagePullPolicy"] = "IfNotPresent"   # the nodes do not have 2.0: they pull it
+    set_json_config(real.stack, "spec", upgraded)
+    with CordonWatch(real.cluster, pdb="training") as watch, PrepullWatch(real.cluster) as pulls:
         up_converged(real.stack)
     out = outputs(real.stack)
     assert out["phase"] == "Running" and out["validation"]["passed"] is True, out
     rollout = out["driverUpgrade"]
     assert sorted(rollout["upgraded"]) == NODES and rollout["failed"] == {}, rollout
+    # Each node's kubelet had started the 2.0 image (a pre-pull pod) before the rollout cordoned the first node.
+    first_cordon = min(s["at"] for report in rollout["reports"].values() for s in report["states"] if s["state"] == du.CORDONED)
+    assert sorted(pulls.started) == NODES and max(pulls.started.values()) <= first_cordon, (pulls.started, rollout["reports"])
+    wait_until(lambda: not pods(real.cluster, "gcu-stack.enflame.com/driver-prepull-of", "kube-system"), 30,
+               "the pre-pull pods deleted")
     # One node at a time; the jobs' budget never broken; each node's agents paused while its driver was replaced.
     assert watch.most == 1 and watch.fewest_healthy >= 1, (watch.most, watch.fewest_healthy)
     assert watch.paused == set(NODES), watch.paused
@@ -126,6 +143,15 @@ def test_2_a_new_version_rolls_out_node_by_node_under_the_jobs_pdb(real):
     assert {p["spec"]["containers"][0]["image"] for p in driver_pods.values()} == {f"{IMAGE}:2.0"}
     assert all(ready(p) for p in driver_pods.values())
     assert set(rollout["nodes"].values()) == {du.DONE}
+    # What each kubelet said: the pre-pull pod pulled 2.0 from the registry; the driver pod found it there.
+    pulled = pull_events(real.cluster)
+    revision = {p["metadata"]["labels"][du.REVISION_LABEL] for p in driver_pods.values()}.pop()
+    for name in NODES:
+        assert any(e["involvedObject"]["name"].endswith(f"-prepull-{revision}-{name}")
+                   and e["message"].startswith(f'Successfully pulled image "{IMAGE}:2.0"') for e in pulled), pulled
+    for name, pod in driver_pods.items():
+        assert any(e["involvedObject"]["name"] == pod["metadata"]["name"] and "already present on machine" in e["message"]
+                   for e in pulled), (name, pulled)
     for name in NODES:
         node = node_object(real.cluster, name)
         labels = node["metadata"]["labels"]

@@ -25,6 +25,10 @@ carries our `PreferNoSchedule` taint, so the scheduler places an evicted job on 
 node when one has room. The taint goes when the node is done, when the rollout stops, on
 delete, and at the next rollout after an interrupted one.
 
+Before the first cordon, every node of the full path pulls the new revision's images while it still serves jobs
+(components/providers/driver_prepull.py): no node waits for a pull while cordoned, and an image that cannot be pulled
+stops the rollout before anything is cordoned or evicted.
+
 A change that leaves what the driver installs as it was (components/providers/install_key.py: labels,
 resources, tolerations, pull policy...) takes the restart-only path: the node's driver pod is
 replaced, finds its version loaded and does nothing, with no cordon, eviction or taint. Those
@@ -63,9 +67,11 @@ from typing import Any, Callable, Optional
 
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
-from ..names import DEPLOY_LABEL_PREFIX, DRIVER_POOL_LABEL, PAUSED_FOR_DRIVER_UPGRADE, label_value
+from ..names import DEPLOY_LABEL_PREFIX, DRIVER_POOL_LABEL, PART_OF, PART_OF_LABEL, PAUSED_FOR_DRIVER_UPGRADE, REVISION_LABEL, label_value
 from .bundled import Bundled, bundled_diff, changed_inputs, engine_log, inputs_of
 from .cluster import ClusterMismatch, checked_api
+from .driver_prepull import delete_prepull_pods, pull_first
+from .driver_prepull import selector as prepull_selector
 from .engine_watch import engine_watched
 from .install_key import install_key
 from .node_changes import NodeChanges
@@ -80,8 +86,6 @@ PAUSED_ANNOTATION = "gcu-stack.enflame.com/driver-upgrade-paused"
 PAUSED = PAUSED_FOR_DRIVER_UPGRADE
 # Soft: the scheduler prefers other nodes for new pods, nothing running is affected.
 PENDING_TAINT = {"key": "gcu-stack.enflame.com/driver-upgrade-pending", "value": "true", "effect": "PreferNoSchedule"}
-REVISION_LABEL = "controller-revision-hash"
-PART_OF_LABEL, PART_OF = "app.kubernetes.io/part-of", "gcu-stack"   # on every pod gcu-stack runs
 UPGRADE_REQUIRED, CORDONED, WAITING, EVICTING, RESTARTING, VALIDATING, DONE, FAILED = (
     "upgrade-required", "cordoned", "waiting-for-jobs", "evicting", "restarting-driver", "validating", "done", "failed",
 )
@@ -364,6 +368,8 @@ def describe(plan_: RolloutPlan, image: str, old_images: list[str], max_parallel
                          "finishes, not when its whole wave has")
         for node, why in sorted(plan_.retried.items()):
             lines.append(f"  retried: {node} ({why})")
+        lines.append("  first, before any cordon, each of those nodes pulls the new driver's images (a pod of the new revision "
+                     "pinned to it); an image error stops the upgrade there")
         lines.append(f"  until its wave, each node carries the taint {PENDING_TAINT['key']}:{PENDING_TAINT['effect']}, "
                      "so evicted jobs go to upgraded nodes")
     if schedule and (plan_.waves or plan_.restarts):
@@ -615,6 +621,34 @@ class Cluster:
         except ApiException as error:
             if error.status != 409:   # a resumed rollback finds its pod there
                 raise
+
+    def revision_template(self, revision: str) -> dict:
+        """The pod template the driver DaemonSet's `revision` runs (its ControllerRevision's)."""
+        found = [r for r in self._revisions(self.daemonset()) if (r["metadata"].get("labels") or {}).get(REVISION_LABEL) == revision]
+        if not found:
+            raise RuntimeError(f"the driver DaemonSet has no revision {revision}")
+        return found[0]["data"]["spec"]["template"]
+
+    def create_pod(self, pod: dict) -> None:
+        """Create `pod`; one of that name already there (a resumed rollout's) is no error."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.api.create_namespaced_pod(pod["metadata"]["namespace"], pod, _preload_content=False)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+
+    def prepull_pods(self, revision: Optional[str] = None) -> list[dict]:
+        """The driver DaemonSet's pre-pull pods (of `revision`, when given), terminating ones included."""
+        return self._data(self.api.list_namespaced_pod(
+            self.props["namespace"], label_selector=prepull_selector(self.props["daemonSet"], revision),
+            _preload_content=False))["items"]
+
+    def nodes(self, names: list[str]) -> list[dict]:
+        """The live nodes among `names`, in one list call."""
+        wanted = set(names)
+        return [n for n in self._data(self.api.list_node(_preload_content=False))["items"] if n["metadata"]["name"] in wanted]
 
     def delete_pod(self, pod: dict) -> None:
         """Delete `pod`; one already gone is no error."""
@@ -1129,6 +1163,9 @@ def _roll(props: dict, log: Callable[[str], None], cluster: Cluster) -> dict:
     with ThreadPoolExecutor(max_workers=TAINT_WORKERS) as pool:   # an interrupted rollout's taints go from nodes with nothing left
         list(pool.map(lambda name: cluster.set_pending_taint(name, name in repelling), sorted(set(nodes))))
     try:
+        if repelling and the_plan.waves:   # the full path's images on its nodes while they still serve jobs
+            pull_first(cluster, [n for n in the_plan.nodes if n in repelling], revision,
+                       float(props["driverReadyTimeoutSeconds"]), log, not_ready)
         # The restart-only nodes first: quick, and nothing is cordoned if one of them fails.
         restarts = _waves(cluster, the_plan.restarts, revision, log, restart_only=True, gate=gate, previous=previous,
                           parallel=the_plan.batch, room=the_plan.batch)
@@ -1195,6 +1232,7 @@ def _roll(props: dict, log: Callable[[str], None], cluster: Cluster) -> dict:
 def clean_up(props: dict) -> None:
     """Leave no cordon, label, annotation or taint of ours behind (delete, during or after an upgrade)."""
     cluster = Cluster(props)
+    delete_prepull_pods(cluster)
     pool = props.get("pool") or {}
     for name in cluster.pool_nodes(list(props.get("nodes") or []), taken=True):
         node = cluster.node(name)
