@@ -27,6 +27,22 @@ def pinned_access(settings: StackSettings) -> ClusterAccess:
     return ClusterAccess(kubeconfig=kubeconfig, context=context)
 
 
+def cluster_uid(settings: StackSettings, recorded: pulumi.Output) -> pulumi.Input[str]:
+    """The cluster's UID as the Kubernetes provider (its clusterIdentifier) and every bundled resource (clusterUid) get
+    it: the guard's (`recorded`). In a preview that output is unknown whenever the guard changes (the same cluster
+    through another kubeconfig, say), and an unknown UID previews every one of them replaced; so a preview reads the
+    UID of the cluster the pinned context reaches itself (another cluster's is refused by the guard all the same)."""
+    if not pulumi.runtime.is_dry_run():
+        return recorded
+    from .providers.cluster import core_api, identify
+
+    kubeconfig, context = pin(settings.options.kubeconfig, settings.options.kube_context)
+    try:
+        return identify(core_api(kubeconfig, context, pool_size=1), timeout=10)["uid"]
+    except Exception:  # noqa: BLE001 - unreachable: the guard says why and stops the preview
+        return recorded
+
+
 def main(project_dir: Optional[Path] = None) -> GcuStack:
     try:
         config, secret_keys = pulumi_config()
@@ -46,16 +62,21 @@ def main(project_dir: Optional[Path] = None) -> GcuStack:
         ClusterGuardInputs(kubeconfig=access.kubeconfig, context=access.context, adopt=settings.options.adopt_cluster),
         pulumi.ResourceOptions(provider=guard_provider),
     )
-    access = ClusterAccess(kubeconfig=access.kubeconfig, context=access.context, uid=guard.uid)
+    uid = cluster_uid(settings, guard.uid)
+    access = ClusterAccess(kubeconfig=access.kubeconfig, context=access.context, uid=uid)
+    # The provider is the cluster's, not its kubeconfig's: the same cluster reached another way (its new address, a
+    # new kubeconfig, in-cluster credentials) updates the provider, where a changed server would replace it and with
+    # it every object; only another cluster (adoptCluster) replaces them.
     kubernetes = k8s.Provider(
-        "k8s", kubeconfig=access.kubeconfig, context=access.context, opts=pulumi.ResourceOptions(depends_on=[guard])
+        "k8s", kubeconfig=access.kubeconfig, context=access.context, cluster_identifier=uid,
+        opts=pulumi.ResourceOptions(depends_on=[guard]),
     )
     resource = settings.resource
     stack = GcuStack(resource.metadata.name, StackArgs(plan, access), pulumi.ResourceOptions(providers=[kubernetes]))
     # Deleted first by `pulumi destroy` (it depends on everything): the cluster is checked before any delete.
     ClusterGuard(
         "cluster-check",
-        ClusterGuardInputs(kubeconfig=access.kubeconfig, context=access.context, clusterUid=guard.uid),
+        ClusterGuardInputs(kubeconfig=access.kubeconfig, context=access.context, clusterUid=uid),
         pulumi.ResourceOptions(provider=guard_provider, depends_on=[stack]),
     )
     outputs = status_outputs(

@@ -140,6 +140,35 @@ def test_back_on_its_cluster_there_is_nothing_to_do(two):
     assert changes(result.change_summary) == {}
 
 
+def test_the_same_cluster_through_another_address_updates_the_provider_and_replaces_nothing(two):
+    # Another kubeconfig reaching a through `localhost` (its serving certificate names it, as a cluster's names its
+    # in-cluster address): what an operator's new kubeconfig, or the in-cluster service, gives the program.
+    stack, a = two["stack"], two["a"]
+    other = json.loads(two["kubeconfig"].read_text())
+    for entry in other["clusters"]:
+        if entry["name"] == "a":
+            entry["cluster"]["server"] = entry["cluster"]["server"].replace("127.0.0.1", "localhost")
+    moved = two["root"] / "kubeconfig-localhost"
+    moved.write_text(json.dumps(other))
+    before = uids_of_daemonsets(a)
+    stack.workspace.env_vars["KUBECONFIG"] = str(moved)
+    try:
+        lines: list[str] = []
+        result = stack.preview(diff=True, on_output=lines.append)
+        ops = changes(result.change_summary)
+        assert not {"replace", "create-replacement", "delete-replaced", "create", "delete"} & set(ops), "".join(lines)[-6000:]
+        up_converged(stack)
+        assert outputs(stack)["cluster"]["uid"] == uid(a) and "localhost" in outputs(stack)["cluster"]["server"]
+        assert uids_of_daemonsets(a) == before   # the same objects, not recreated
+    finally:
+        stack.workspace.env_vars["KUBECONFIG"] = str(two["kubeconfig"])
+
+
+def uids_of_daemonsets(cluster) -> dict:
+    items = json.loads(cluster.kubectl("get", "daemonsets", "-A", "-o", "json").stdout)["items"]
+    return {d["metadata"]["name"]: d["metadata"]["uid"] for d in items}
+
+
 def test_adopt_cluster_moves_the_stack_deliberately(two):
     stack, a, b = two["stack"], two["a"], two["b"]
     use_context(two["kubeconfig"], "b")

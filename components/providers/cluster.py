@@ -35,9 +35,9 @@ def core_api(kubeconfig: Optional[str], context: Optional[str], pool_size: int =
     return client.CoreV1Api(client.ApiClient(configuration))
 
 
-def identify(api: Any) -> dict[str, str]:
+def identify(api: Any, timeout: Optional[float] = None) -> dict[str, str]:
     """{"uid": kube-system's UID, "server": the API server's URL} of the cluster `api` reaches."""
-    namespace = json.loads(api.read_namespace(IDENTITY_NAMESPACE, _preload_content=False).data)
+    namespace = json.loads(api.read_namespace(IDENTITY_NAMESPACE, _preload_content=False, _request_timeout=timeout).data)
     return {"uid": namespace["metadata"]["uid"], "server": api.api_client.configuration.host}
 
 
