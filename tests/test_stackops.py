@@ -95,8 +95,9 @@ def test_a_lock_left_by_a_command_killed_outright_is_proved_stale_and_cleared_wi
         result = recover(project_dir, "s", backend_url(root), root / "state", env=env)
         assert not result.ok and "is being changed right now by `pulumi up --yes`" in result.blocked[0]
         assert lock.path.exists()
-        # Wait until the resource's create is under way (a pending operation), then kill everything at once.
-        wait_for(lambda: "creating" in up_state(root), 60, "the create to start")
+        # Wait until the slow resource's create is under way (its pending operation), then kill everything at once.
+        # Not any "creating" in the state: the stack resource's own create is one too, done a moment later.
+        wait_for(lambda: creating_slow(root), 60, "the slow resource's create to start")
     finally:
         os.killpg(up.pid, signal.SIGKILL)
         up.wait()
@@ -140,6 +141,16 @@ def entry(cleared: list[str], phrase: str) -> int:
 def up_state(root: Path) -> str:
     path = root / "backend" / ".pulumi" / "stacks" / "stackops-probe" / "s.json"
     return path.read_text() if path.exists() else ""
+
+
+def creating_slow(root: Path) -> bool:
+    """The state the running up last wrote holds the slow resource's pending create."""
+    try:
+        latest = json.loads(up_state(root))["checkpoint"]["latest"] or {}
+    except (ValueError, KeyError, TypeError):
+        return False   # not written yet, or caught mid-write
+    return any(op.get("type") == "creating" and op["resource"]["urn"].endswith("::slow")
+               for op in latest.get("pending_operations") or [])
 
 
 def test_a_metadata_file_a_killed_command_left_empty_is_set_aside_and_the_state_reads_again(project):
