@@ -114,7 +114,8 @@ class ClusterGuardProvider(ResourceProvider):
         changed = [k for k in INPUTS if k != "adopt" and olds.get(k) != news.get(k)]
         if found["uid"] != olds.get("uid") or found["server"] != olds.get("server"):
             changed.append("uid")
-        # The same cluster: its UID stays known in the preview, so what carries it previews no change.
+        # The same cluster: uid is stable. (A dynamic resource's outputs are unknown in a preview that updates it all
+        # the same, so the program gives what carries the UID a value it read itself: program.cluster_uid.)
         stables = ["uid"] if found["uid"] == olds.get("uid") else []
         return DiffResult(changes=bool(changed), replaces=[], stables=stables, delete_before_replace=False)
 
