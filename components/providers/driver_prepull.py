@@ -115,11 +115,7 @@ def pull_first(cluster: Any, nodes: list[str], revision: str, timeout: float, lo
             pulled = [n for n in nodes if states.get(n, ("", ""))[0] == "pulled"]
             now = cluster.clock()
             failing = {n: why for n, (state, why) in states.items() if state == "error" and n in nodes}
-            for n in list(first_error):
-                if n not in failing:
-                    first_error.pop(n)
-            for n in failing:
-                first_error.setdefault(n, now)
+            first_error = {n: first_error.get(n, now) for n in failing}   # since when each still-failing node fails
             lasting = {n: why for n, why in failing.items() if now - first_error[n] >= IMAGE_ERROR_GRACE_SECONDS}
             if lasting:
                 raise PullFailed(
