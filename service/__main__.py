@@ -1,7 +1,7 @@
 """`python -m service serve`: gcu-upgrade-manager's API over this project's stacks (scripts/gcu-stack serve runs it).
 
     serve [--listen HOST:PORT] (--token-file FILE | --no-auth) [--blueprints DIR] [--oplog DIR]
-          [--tls-cert FILE --tls-key FILE] [--max-body BYTES] [--project-dir DIR] [--state-dir DIR]
+          [--tls-cert FILE --tls-key FILE] [--max-body BYTES] [--project-dir DIR] [--state-dir DIR] [--config-dir DIR]
 
 The Pulumi CLI, backend and secrets passphrase come from the environment (PATH, PULUMI_BACKEND_URL,
 PULUMI_CONFIG_PASSPHRASE[_FILE], PULUMI_HOME), as for every gcu-stack command.
@@ -41,11 +41,14 @@ def main(argv: list[str]) -> int:
     serve.add_argument("--max-body", type=int, default=64 * 1024)
     serve.add_argument("--project-dir", type=Path, default=Path(__file__).resolve().parent.parent)
     serve.add_argument("--state-dir", type=Path, default=Path(os.environ.get("GCU_STATE_DIR", ".state")))
+    serve.add_argument("--config-dir", type=Path, help="where the stacks' Pulumi.<stack>.yaml are (default: the project "
+                                                         "directory; in-cluster: the operator's directory)")
     args = parser.parse_args(argv)
 
     try:
         config = build(args.project_dir.resolve(), args.state_dir.resolve(), args.listen, args.token_file, args.no_auth,
-                       args.blueprints, args.oplog, args.tls_cert, args.tls_key, args.max_body)
+                       args.blueprints, args.oplog, args.tls_cert, args.tls_key, args.max_body,
+                       args.config_dir.resolve() if args.config_dir else None)
     except ConfigError as error:
         print(f"gcu-stack serve: {error}", file=sys.stderr)
         return 2
@@ -65,7 +68,7 @@ def main(argv: list[str]) -> int:
         print("gcu-stack serve: no pulumi CLI on PATH: start the service with `scripts/gcu-stack serve`", file=sys.stderr)
         return 2
     root = shim.write(config.state_dir / "service" / "pulumi", config.state_dir, pulumi)
-    store = StackStore(config.project_dir, env, config.state_dir, shim_root=root)
+    store = StackStore(config.project_dir, env, config.state_dir, shim_root=root, config_dir=config.config_dir)
     app = create_app(config, store)
     scheme = "https" if config.tls_cert else "http"
     print(f"gcu-stack serve: {scheme}://{config.host}:{config.port}/gum/v1/gr (blueprints: {config.blueprints_dir}, "

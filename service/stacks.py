@@ -1,9 +1,11 @@
 """The stacks the service manages, through the Pulumi Automation API.
 
 A GcuResource is a stack of this project in the service's backend, named as the resource (its metadata.name): the
-stack holds the cluster it acts on and its settings (`gcu-stack:*`), and the GcuResource exists while the stack has
-resources. Each call makes its own workspace (the Automation API's are not meant to be shared between threads) on one
-Pulumi CLI, run through `bin/pulumi` of `shim_root` when given (service/shim.py: holder records for its locks).
+stack holds the cluster it acts on and its settings (`gcu-stack:*`, in `Pulumi.<stack>.yaml` of `config_dir`: the
+project directory, or in-cluster the operator's directory on the service's node while the program is the image's),
+and the GcuResource exists while the stack has resources. Each call makes its own workspace (the Automation API's are
+not meant to be shared between threads) on one Pulumi CLI, run through `bin/pulumi` of `shim_root` when given
+(service/shim.py: holder records for its locks).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class StackStore:
     env: dict[str, str]
     state_dir: Path
     shim_root: Optional[Path] = None
+    # Where each stack's Pulumi.<stack>.yaml is; None: the project directory, as for the CLI.
+    config_dir: Optional[Path] = None
 
     def __post_init__(self) -> None:
         root = str(self.shim_root) if self.shim_root else None
@@ -82,10 +86,20 @@ class StackStore:
             raise not_found(name, f"stack {name} holds nothing (deleted, or never deployed: PUT a blueprint to install it)")
         return auto.Stack.select(name, self.workspace(name)), summary
 
+    def config_file(self, name: str) -> Path:
+        return (self.config_dir or self.project_dir) / f"Pulumi.{name}.yaml"
+
+    def run_config(self, stack: auto.Stack, *args: str) -> str:
+        """`pulumi config <args>` on the stack's own config file (the Automation API's config calls cannot name it)."""
+        argv = ["config", *args, "--stack", stack.name, "--config-file", str(self.config_file(stack.name))]
+        env = {**self.env, "GCU_HOLDER_STACK": stack.name}
+        return self.command.run(argv, str(self.project_dir), env).stdout
+
     def config(self, stack: auto.Stack) -> tuple[dict[str, str], frozenset[str]]:
         """The stack's `gcu-stack:*` config (secrets decrypted, in memory only) and which keys are secret."""
-        values = {k: v for k, v in stack.get_all_config().items() if k.startswith("gcu-stack:")}
-        return {k: v.value for k, v in values.items()}, frozenset(k for k, v in values.items() if v.secret)
+        every = json.loads(self.run_config(stack, "--show-secrets", "--json") or "{}")
+        values = {k: v for k, v in every.items() if k.startswith("gcu-stack:")}
+        return {k: v["value"] for k, v in values.items()}, frozenset(k for k, v in values.items() if v.get("secret"))
 
     def names(self) -> list[str]:
         """The stacks that hold something, named as a GcuResource can be."""
@@ -172,14 +186,19 @@ class StackStore:
 
     def cluster_of(self, name: str, deployment: dict) -> dict:
         """The cluster stack `name` recorded (its guard's outputs in `deployment`), remembered for later reads."""
+        from components.kube_target import pin
         from stackops.clusters import recorded
 
         found = recorded({"deployment": deployment}) or {}
-        if not isinstance(found.get("kubeconfig"), (str, type(None))):
+        kubeconfig, context = found.get("kubeconfig"), found.get("context")
+        if not isinstance(kubeconfig, (str, type(None))):
             raise GumError(501, "this stack's kubeconfig is given inline (a secret in its state): the service reads "
                                 "live objects only for a stack whose gcu-stack:kubeconfig is a file")
-        self.clusters[name] = {"kubeconfig": found.get("kubeconfig"), "context": found.get("context"),
-                               "clusterUid": found.get("uid")}
+        if kubeconfig and not Path(kubeconfig).is_file():
+            # Recorded by a run elsewhere (the CLI on a node, the service in its pod): reach the cluster as this
+            # service's own run would (in a pod, its credentials); the recorded UID still refuses any other cluster.
+            kubeconfig, context = pin(None, None, self.env)
+        self.clusters[name] = {"kubeconfig": kubeconfig, "context": context, "clusterUid": found.get("uid")}
         return self.clusters[name]
 
     def core_api(self, cluster: dict) -> Any:
@@ -244,7 +263,7 @@ class StackStore:
 
         from service.blueprints import BLUEPRINT_KEYS
 
-        source = self.project_dir / f"Pulumi.{name}.yaml"
+        source = self.config_file(name)
         document = yaml.safe_load(source.read_text()) if source.is_file() else {}
         document = document or {}
         config = {k: v for k, v in (document.get("config") or {}).items() if k not in BLUEPRINT_KEYS}
@@ -259,20 +278,23 @@ class StackStore:
         """The blueprint keys of `values` into the stack's config (the others are the stack's own already)."""
         from service.blueprints import BLUEPRINT_KEYS
 
-        current = stack.get_all_config()
+        current = json.loads(self.run_config(stack, "--json") or "{}")
         for key in BLUEPRINT_KEYS:
             if key in current and key not in values:
-                stack.remove_config(key)
-        stack.set_all_config({k: auto.ConfigValue(str(v)) for k, v in values.items() if k in BLUEPRINT_KEYS})
+                self.run_config(stack, "rm", key)
+        pairs = [f"{k}={v}" for k, v in values.items() if k in BLUEPRINT_KEYS]
+        if pairs:
+            self.run_config(stack, "set-all", *(a for pair in pairs for a in ("--plaintext", pair)))
 
     def up(self, name: str, on_event: Callable, message: str) -> auto.UpResult:
         self.clusters.pop(name, None)  # an up may record another cluster (adoption): read it again after
         stack = self.stack(name)
-        return stack.up(on_event=on_event, message=message, **self.policy_args(name))
+        return stack.up(on_event=on_event, message=message, config_file=str(self.config_file(name)),
+                        **self.policy_args(name))
 
     def destroy(self, name: str, on_event: Callable, message: str) -> auto.DestroyResult:
         stack = self.stack(name)
-        return stack.destroy(on_event=on_event, message=message)
+        return stack.destroy(on_event=on_event, message=message, config_file=str(self.config_file(name)))
 
 
 def _type_chain(urn: str) -> list[str]:
