@@ -105,6 +105,8 @@ def _container(resolved: ResolvedContainer, additions: PodAdditions) -> dict:
     ]
     if spec.config_mount:
         mounts.append({"name": "config", "mountPath": spec.config_mount, "readOnly": True})
+    if spec.secret_mount:
+        mounts.append({"name": "secret", "mountPath": spec.secret_mount, "readOnly": True})
     if spec.claim_mount:
         mounts.append({"name": "data", "mountPath": spec.claim_mount})
     if spec.scratch_mount:
@@ -142,6 +144,9 @@ def _volumes(component: ResolvedComponent, workload: ResolvedWorkload, additions
             volumes.setdefault(m.name, {"name": m.name, "hostPath": {"path": m.host_path, "type": m.type}})
         if spec.config_mount:
             volumes.setdefault("config", {"name": "config", "configMap": {"name": config_map_name(component)}})
+        if spec.secret_mount:
+            volumes.setdefault("secret", {"name": "secret", "secret": {"secretName": additions.secret_name,
+                                                                       "defaultMode": 0o400}})
         if spec.claim_mount:
             volumes.setdefault("data", {"name": "data", "persistentVolumeClaim": {"claimName": additions.claim_name}})
         if spec.scratch_mount:

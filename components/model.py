@@ -57,6 +57,8 @@ class ContainerDef:
     readiness: Optional[dict] = None
     # (env var, key) pairs read from the component's Secret: credentials never sit in env values.
     secret_env: tuple[tuple[str, str], ...] = ()
+    # Where the component's Secret is mounted read-only as files (one per key), for programs that read a file.
+    secret_mount: Optional[str] = None
     # (env var, pod field) pairs from the downward API, besides NODE_NAME which every container gets.
     pod_env: tuple[tuple[str, str], ...] = ()
     # Mount path of the component's PersistentVolumeClaim.
@@ -136,6 +138,9 @@ class ImageDef:
     base_image: str = "ubuntu:18.04"  # the seed's build system: "nameID: ubuntu18.04"
     build_args: tuple[tuple[str, str], ...] = ()
     extra_files: tuple[tuple[str, Path], ...] = ()  # (name in the context, file)
+    # The package is made by this project (`scripts/gcu-stack package-service`), not an Enflame release: tests build
+    # the image from the real package (tests/test_upgrade_manager_image.py), not from a stand-in.
+    made_here: bool = False
 
 
 @dataclass(frozen=True)

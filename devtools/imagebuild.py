@@ -65,13 +65,17 @@ def tar_gz(path: Path, members: dict[str, bytes]) -> None:
             archive.addfile(info, io.BytesIO(content))
 
 
+# The images built around Enflame's packages, which stand-ins replace here (the others' packages are made by this project).
+ENFLAME_IMAGES = tuple(key for key, definition in DEFS.items() if not definition.made_here)
+
+
 def standin_name(key: str) -> str:
     """The package file name for `key`: its pattern with the stand-in version for the `*`."""
     return DEFS[key].package.replace("*", STANDIN_VERSION)
 
 
 def write_standins(
-    package_dir: Path, keys: Sequence[str] = tuple(DEFS), revision: int = 0, padded: bool = True
+    package_dir: Path, keys: Sequence[str] = ENFLAME_IMAGES, revision: int = 0, padded: bool = True
 ) -> dict[str, Path]:
     """One stand-in package per key, as large as real ones get unless not `padded`; another `revision` makes different files."""
     package_dir.mkdir(parents=True, exist_ok=True)
@@ -101,9 +105,10 @@ def write_standins(
 
 
 def test_options(package_dir: str = "packages", base_image: str = BASE_IMAGE) -> ImagesOptions:
-    """Every component built from `package_dir` on `base_image`, RUN steps without network."""
+    """Every component built around an Enflame package from `package_dir` on `base_image`, RUN steps without network."""
     return ImagesOptions.model_validate(
-        {"packageDir": package_dir, "network": "none", **{key: {"build": True, "baseImage": base_image} for key in DEFS}}
+        {"packageDir": package_dir, "network": "none",
+         **{key: {"build": True, "baseImage": base_image} for key in ENFLAME_IMAGES}}
     )
 
 

@@ -10,8 +10,8 @@ import pulumi
 import pytest
 from harness import SEED_BLUEPRINT, ClusterMocks, run_program
 
-from components.images import CONTEXT_ROOT, DEFS, ImagesOptions, build_spec, check_images
-from devtools.imagebuild import standin_name, write_standins
+from components.images import CONTEXT_ROOT, ImagesOptions, build_spec, check_images
+from devtools.imagebuild import ENFLAME_IMAGES, standin_name, write_standins
 
 IMAGE = "docker:index/image:Image"
 SEED_REPO = "artifact.enflame.cn/galaxy_docker_hub/gcu"
@@ -194,7 +194,7 @@ def test_config_mistakes_are_named(project, images, fragment):
 
 
 def test_build_spec_is_what_the_image_resource_gets(project):
-    options = ImagesOptions.model_validate({key: {"build": True} for key in DEFS})
+    options = ImagesOptions.model_validate({key: {"build": True} for key in ENFLAME_IMAGES})
     packages = check_images(options, None, project)
     spec = build_spec("driver", options, packages["driver"], project)
     assert spec.docker_build_argv() == [
