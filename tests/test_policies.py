@@ -463,7 +463,7 @@ def test_node_ports_undeclared_or_random_are_rejected():
     found = check("allowed-node-ports", service(30940, 30019, None))
     assert len(found) == 2
     assert "ports[1] opens node port 30019" in found[0] and "`allowedNodePorts`" in found[0]
-    assert "ports[2] gets a random node port. Set nodePort to one of [30940, 30018, 32766]" in found[1]
+    assert "ports[2] gets a random node port. Set nodePort to one of [30940, 30018, 32766, 32765]" in found[1]
     one(check("allowed-node-ports", service(31000, type_="LoadBalancer")), "31000")
 
 
@@ -666,6 +666,7 @@ def test_every_component_with_the_catalog_defaults_passes_the_pack_as_it_ships(p
 
     other = {"devicePlugin": "gcusharePlugin", "gcusharePlugin": "devicePlugin"}[plugin]
     spec = {c.key: {} for c in COMPONENTS if c.key != other}
+    spec["upgradeManager"] = {"nodeSelector": {"kubernetes.io/hostname": "node-1"}}   # the one field it requires
     resources = policy_resources(
         run_program({"spec": spec, "nightingaleDbPassword": "pw"}, secret_keys=("nightingaleDbPassword",))
     )

@@ -19,9 +19,11 @@ from .gfd import GFD
 from .nfd import NFD
 from .nightingale import NIGHTINGALE
 from .toolkit import TOOLKIT
+from .upgrade_manager import UPGRADE_MANAGER
 from .volcano import VOLCANO
 
 COMPONENTS: tuple[ComponentDef, ...] = (
     NFD, DRIVER, TOOLKIT, DEVICE_PLUGIN, GCUSHARE_PLUGIN, EXPORTER, GFD, GCUSHARE_SCHEDULER, VOLCANO, NIGHTINGALE,
+    UPGRADE_MANAGER,
 )
 BY_KEY: dict[str, ComponentDef] = {c.key: c for c in COMPONENTS}

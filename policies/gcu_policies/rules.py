@@ -73,6 +73,8 @@ DEFAULT_HOST_PATHS: dict[str, list[str]] = {
     "exporter": ["/dev", "/sys"],
     "gfd": ["/dev", "/sys"],
     ACTIVATION_POD: ["/etc/docker", "/etc/containerd", "/var/run", "/run"],
+    # gum's directory on its node: blueprints/, op-log/ and (by default) the stacks' directory.
+    "upgradeManager": ["/topsdata/dcp/gcu-upgrade-manager"],
 }
 
 PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
@@ -93,6 +95,11 @@ PROTECTED_RESOURCES = (
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
 )
 
+# gcu-upgrade-manager deploys the stack, ClusterRoles and Volcano's webhooks included: its role is the deployer's, by
+# design (components/catalog/upgrade_manager.py RULES, pinned by tests/test_upgrade_manager.py). `exemptRoles: []`
+# makes the pack refuse it.
+DEFAULT_EXEMPT_ROLES = ["gcu-upgrade-manager"]
+
 DEFAULT_EXCLUSIVE = [["devicePlugin", "gcusharePlugin"]]
 # Components that run before docker's runtime is switched (the toolkit is what switches it).
 DEFAULT_RUNTIME_INDEPENDENT = ["nfd", "driver", "toolkit"]
@@ -100,8 +107,9 @@ DEFAULT_RUNTIME_INDEPENDENT = ["nfd", "driver", "toolkit"]
 DEFAULT_SECRET_NAME_PATTERN = r"PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|AUTH_?KEY"
 
 # The default node ports of the components that have one: the exporter's metrics (fixed), Nightingale's
-# web UI and the GCU-share scheduler extender (gcu-stack:nightingaleWebNodePort, gcushareSchedulerNodePort).
-DEFAULT_NODE_PORTS = [30940, 30018, 32766]
+# web UI, the GCU-share scheduler extender and gcu-upgrade-manager (gcu-stack:nightingaleWebNodePort,
+# gcushareSchedulerNodePort, upgradeManagerNodePort).
+DEFAULT_NODE_PORTS = [30940, 30018, 32766, 32765]
 
 
 def setting(args: Any, key: str, default: Any) -> Any:
@@ -348,11 +356,11 @@ def rbac_problems(rule: Any) -> list[str]:
     "rbac-no-escalation",
     "Roles grant neither escalate/bind/impersonate/* verbs nor write access to RBAC objects or admission webhooks.",
     MANDATORY,
-    {"exemptRoles": _string_list("Names of (Cluster)Roles this rule does not check.", [])},
+    {"exemptRoles": _string_list("Names of (Cluster)Roles this rule does not check.", DEFAULT_EXEMPT_ROLES)},
 )
 def rbac_no_escalation(args: ResourceValidationArgs, report: ReportViolation) -> None:
     kind = kind_of(args.resource_type)
-    if kind not in RBAC_KINDS or get(args.props, "metadata", "name") in setting(args, "exemptRoles", []):
+    if kind not in RBAC_KINDS or get(args.props, "metadata", "name") in setting(args, "exemptRoles", DEFAULT_EXEMPT_ROLES):
         return
     for index, rule in enumerate(items(get(args.props, "rules"))):
         problems = rbac_problems(rule)
