@@ -51,9 +51,18 @@ def _toolkit_package(path: Path) -> None:
 DRIVER_VERSIONS = ("1.0", "2.0")   # the stand-in driver images `build` makes: one to install, one to upgrade to
 
 
-def build_images(dockerd: Any, workdir: Path, driver_versions: tuple[str, ...] = ()) -> list[str]:
+def image_ref(key: str) -> str:
+    """The reference `build_images` tags component `key`'s image with."""
+    from components.catalog import BY_KEY
+
+    return f"{REPOSITORY}/{BY_KEY[key].default_image}:{TAG}"
+
+
+def build_images(dockerd: Any, workdir: Path, driver_versions: tuple[str, ...] = (), *,
+                 upgrade_manager: bool = False) -> list[str]:
     """Build every image the seed runs into `dockerd`, and the driver's (images/driver, around the stand-in installer
-    of devtools/standin_driver.py) of each of `driver_versions`, tagged with the version; returns their references."""
+    of devtools/standin_driver.py) of each of `driver_versions`, tagged with the version; returns their references.
+    With `upgrade_manager`, gcu-upgrade-manager's too (images/upgrade-manager, around this checkout's package)."""
     base = import_base_image(dockerd, rootfs_tarball(), imagebuild.BASE_IMAGE)
     packages = workdir / "packages"
     imagebuild.write_standins(packages, keys=("exporter", "gfd"), padded=False)
@@ -77,6 +86,13 @@ def build_images(dockerd: Any, workdir: Path, driver_versions: tuple[str, ...] =
         standin_driver.write_package(driver_packages, version)
         drivers.append(imagebuild.build_project_images(dockerd, workdir, driver_packages, {"driver": {
             "build": True, "baseImage": base, "repository": REPOSITORY, "tag": version}})["driver"])
+    if upgrade_manager:
+        from service import package
+
+        manager_packages = workdir / "upgrade-manager-packages"
+        package.package(manager_packages)
+        drivers.append(imagebuild.build_project_images(dockerd, workdir, manager_packages, {"upgradeManager": {
+            "build": True, "baseImage": base, "repository": REPOSITORY, "tag": TAG}})["upgradeManager"])
     return [*refs, NFD_IMAGE, *nightingale, *drivers]
 
 
@@ -86,12 +102,14 @@ def driver_image(version: str) -> str:
 
 
 def blueprint(gcushare: bool = False, nightingale: bool = False, nightingale_node: Optional[str] = None,
-              nightingale_volume: Optional[str] = None, driver: Optional[str] = None) -> dict:
+              nightingale_volume: Optional[str] = None, driver: Optional[str] = None,
+              upgrade_manager_node: Optional[str] = None) -> dict:
     """The seed blueprint, running the stand-in images; with `gcushare`, GCU-share instead of the device plugin
     (as the seed tells operators: the two cannot run side by side); with `nightingale`, Nightingale deployed (the
     seed leaves it out). `nightingale_node` pins Nightingale to one node and `nightingale_volume` puts its database's
     volume at that path there: a hostPath volume is one node's directory. With `driver` (a version `build_images`
-    made), the driver deployed too (the seed leaves it out), installing the stand-in driver."""
+    made), the driver deployed too (the seed leaves it out), installing the stand-in driver. With
+    `upgrade_manager_node`, gcu-upgrade-manager deployed on that node (`build_images(upgrade_manager=True)`)."""
     seed = json.loads((Path(__file__).resolve().parent.parent / "blueprints" / "gcu-resource.json").read_text())
     pinned = {"repository": REPOSITORY, "version": TAG, "imagePullPolicy": "Never"}
     spec = seed["spec"]
@@ -112,6 +130,8 @@ def blueprint(gcushare: bool = False, nightingale: bool = False, nightingale_nod
         spec["nightingale"]["nodeSelector"] = {"kubernetes.io/hostname": nightingale_node}
     if nightingale_volume:
         spec["nightingale"]["mysql-pv"] = {"name": "mysql-pv", "hostpath": nightingale_volume}
+    if upgrade_manager_node:
+        spec["upgradeManager"] = {**pinned, "nodeSelector": {"kubernetes.io/hostname": upgrade_manager_node}}
     return seed
 
 

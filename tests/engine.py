@@ -15,7 +15,7 @@ import subprocess
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple, Optional
 
 from pulumi import automation as auto
 from realservers import PROJECT_DIR, start_dockerd, stop_dockerd
@@ -186,10 +186,12 @@ class RealNodeStack(NamedTuple):
 
 @contextmanager
 def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, name: str,
-                    driver_versions: tuple[str, ...] = (), pulled_drivers: tuple[str, ...] = ()) -> Iterator[RealNodeStack]:
+                    driver_versions: tuple[str, ...] = (), pulled_drivers: tuple[str, ...] = (),
+                    upgrade_manager: bool = False, extra_tags: Optional[dict[str, str]] = None) -> Iterator[RealNodeStack]:
     """`local_servers` (one simulated CPU node) with a real GCU node `node_name` (4 stand-in GCUs, `labels`) that
     has the stand-in images of devtools/standin_node.py (with the stand-in driver's of each of `driver_versions`), and
-    a stack `name` deploying `spec` with them; the driver images of `pulled_drivers` (of `driver_versions`) are not
+    a stack `name` deploying `spec` with them (gcu-upgrade-manager's image too with `upgrade_manager`; each image of
+    `extra_tags` under that second tag as well); the driver images of `pulled_drivers` (of `driver_versions`) are not
     imported but served by a registry (devtools/ociregistry) that every node pulls them from; yields
     (cluster, node, stack, join) before anything is deployed. The servers, the images and the stack are made before
     the machine's real-node lock is taken (shared: the node keeps to itself, /usr/local/enflame included), the node
@@ -202,7 +204,10 @@ def real_node_stack(root: Path, node_name: str, labels: dict, spec: dict, *, nam
     from devtools.realnode import RealNode
 
     with local_servers(root, [("cpu-node-1", {})]) as (cluster, dockerd), ExitStack() as held:
-        built = standin_node.build_images(dockerd, root / "build", driver_versions)
+        built = standin_node.build_images(dockerd, root / "build", driver_versions, upgrade_manager=upgrade_manager)
+        for ref, tag in (extra_tags or {}).items():
+            dockerd.docker("tag", ref, f"{ref.rpartition(':')[0]}:{tag}")
+            built.append(f"{ref.rpartition(':')[0]}:{tag}")
         served = [standin_node.driver_image(version) for version in pulled_drivers]
         registry = held.enter_context(Registry(root / "registry")) if served else None
         for ref in served:

@@ -1,0 +1,167 @@
+"""gcu-upgrade-manager deployed by the stack it manages, on a real node: gum's documented `curl` calls answered
+through its NodePort (kube-proxy on the node), a preview and an upgrade run by the service in its pod (its image's
+Pulumi CLI, plugins and program; in-cluster credentials; its ServiceAccount's RBAC), on the one backend and stack
+config the CLI on the node uses.
+
+A real kubelet with its own containerd (devtools/realnode.py) runs the image built from images/upgrade-manager
+around `scripts/gcu-stack package-service`'s package; the rest of the seed are the stand-ins of
+devtools/standin_node.py. Extended leg: the image and a `pulumi up` inside a pod take minutes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import shutil
+
+import pytest
+from engine import real_node_stack, up_converged
+from pulumi import automation as auto
+from realnode_fixtures import wait_until
+from service_fixtures import Service
+
+from devtools import standin_node
+
+pytestmark = [pytest.mark.extended, pytest.mark.timeout(3600)]
+
+NAME = "enflame-gcu-resource"   # gum's examples' GcuResource
+NODE = f"gum-{os.getpid()}"
+LABELS = {"enflame.com/gcu.driver.present": "true"}
+TOKEN = secrets.token_hex(24)
+PASSPHRASE = "e2e-passphrase"   # the test stacks' (tests/engine.py pulumi_env)
+EXPORTER_TAG = "e2e-2"          # the stand-in exporter image under a second tag: an "upgrade" the node can run
+PART_OF = "app.kubernetes.io/part-of=gcu-stack"
+
+
+def secret_manifest() -> dict:
+    data = {"token": TOKEN, "passphrase": PASSPHRASE}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "gcu-upgrade-manager", "namespace": "kube-system"},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+
+
+@pytest.fixture(scope="module")
+def gum(tmp_path_factory):
+    root = tmp_path_factory.mktemp("engine-upgrade-manager")
+    spec = standin_node.blueprint(upgrade_manager_node=NODE)["spec"]
+    with real_node_stack(root, NODE, LABELS, spec, name=NAME, upgrade_manager=True,
+                         extra_tags={standin_node.image_ref("exporter"): EXPORTER_TAG}) as (cluster, node, stack, _):
+        project, data = root / "project", root / "gum"
+        env = stack.workspace.env_vars
+        # The stack reaches its cluster as the CLI on a node does (KUBECONFIG), not by a path in its config: in the
+        # service's pod the same config then means the pod's own credentials.
+        stack.remove_config("gcu-stack:kubeconfig")
+        env["KUBECONFIG"] = str(cluster.kubeconfig)
+        stack.set_all_config({f"gcu-stack:{key}": auto.ConfigValue(value) for key, value in {
+            "upgradeManagerStacksDir": str(project), "upgradeManagerBackendUrl": env["PULUMI_BACKEND_URL"],
+            "upgradeManagerDataDir": str(data)}.items()})
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(secret_manifest()))
+        # The pack's settings for the service's previews and ups, where it keeps them (its state directory), as
+        # scripts/gcu-stack keeps the CLI's: the stand-ins' repository, and the service's directories on its node.
+        policy = standin_node.policy_config()
+        policy["host-paths-allowed"] = {"allowedHostPaths": {"upgradeManager": [str(project), str(root / "backend"),
+                                                                                str(data)]}}
+        (project / ".state").mkdir(exist_ok=True)
+        (project / ".state" / f"policy-{NAME}.json").write_text(json.dumps(policy))
+        service = Service(url=f"http://{node.node_ip}:32765", token=TOKEN, log=root / "pod.log", process=None,
+                          oplog=data / "op-log", blueprints=data / "blueprints")
+        yield {"cluster": cluster, "node": node, "stack": stack, "service": service, "root": root}
+
+
+def pod(cluster) -> dict:
+    found = json.loads(cluster.kubectl("get", "pods", "-n", "kube-system", "-l",
+                                       "app.kubernetes.io/component=upgradeManager", "-o", "json").stdout)["items"]
+    assert len(found) == 1, [p["metadata"]["name"] for p in found]
+    return found[0]
+
+
+def keep_log(real) -> None:
+    """The service pod's log, where Service.tail() reads it for failure messages."""
+    try:
+        text = real["node"].pod_log("kube-system", pod(real["cluster"])["metadata"]["name"])
+    except Exception as error:  # noqa: BLE001 - a diagnosis aid only
+        text = f"(no log: {error})"
+    real["service"].log.write_text(text)
+
+
+def generations(cluster) -> dict[str, int]:
+    listed = json.loads(cluster.kubectl("get", "daemonsets,deployments", "-A", "-l", PART_OF, "-o", "json").stdout)
+    return {f"{d['kind']}/{d['metadata']['name']}": d["metadata"]["generation"] for d in listed["items"]}
+
+
+def blueprint_file(real, exporter_version: str) -> str:
+    spec = standin_node.blueprint(upgrade_manager_node=NODE)["spec"]
+    spec["exporter"]["version"] = exporter_version
+    document = {"apiVersion": "topsops.enflame.com/v1", "kind": "GcuResource", "metadata": {"name": NAME}, "spec": spec}
+    real["service"].blueprints.mkdir(parents=True, exist_ok=True)
+    (real["service"].blueprints / "gr.json").write_text(json.dumps(document, indent=2))
+    return "gr.json"
+
+
+def test_1_the_stack_deploys_the_service_on_its_node(gum):
+    up_converged(gum["stack"])
+    running = pod(gum["cluster"])
+    assert running["spec"]["nodeName"] == NODE and running["status"]["phase"] == "Running", running["status"]
+    assert all(c["ready"] for c in running["status"]["containerStatuses"])
+    assert gum["stack"].outputs()["upgradeManager"].value["nodePort"] == 32765
+
+
+def test_2_gums_calls_through_the_node_port(gum):
+    service = gum["service"]
+    status, listed = service.curl("/gum/v1/gr")
+    keep_log(gum)
+    assert status == 200 and listed["result"] == "Success", (listed, service.tail())
+    assert [item["metadata"]["name"] for item in listed["content"]["items"]] == [NAME]
+    status, got = service.curl(f"/gum/v1/gr/{NAME}")
+    assert status == 200 and got["content"]["kind"] == "GcuResource" and got["content"]["status"]["phase"] == "Running"
+    # The live object, read with the pod's own credentials (the CLI recorded a kubeconfig the pod does not have).
+    status, exporter = service.curl(f"/gum/v1/gr/{NAME}/resource/exporter")
+    assert status == 200 and exporter["content"]["kind"] == "DaemonSet", (exporter, service.tail())
+    assert service.curl("/gum/v1/gr", token=None)[0] == 401
+    assert service.curl("/gum/v1/gr", token="x" * 48)[0] == 401
+
+
+def test_3_a_preview_run_by_the_service_in_its_pod(gum):
+    service = gum["service"]
+    file = blueprint_file(gum, EXPORTER_TAG)
+    status, body = service.curl(f"/gum/v1/gr/{NAME}/preview", data=json.dumps({"file": file}), method="POST")
+    keep_log(gum)
+    assert status == 200 and body["result"] == "Success", (body, service.tail())
+    changed = {c["urn"].rpartition("::")[2] for c in body["content"]["changes"] if c["op"] not in ("same", "read")}
+    assert "exporter-daemonset" in changed, body["content"]["changes"]
+    assert not [c for c in body["content"]["changes"] if c["op"] in ("replace", "delete", "create-replacement")]
+
+
+def test_4_an_upgrade_run_by_the_service_changes_only_the_exporter(gum):
+    service, cluster = gum["service"], gum["cluster"]
+    before = generations(cluster)
+    status, body = service.curl(f"/gum/v1/gr/{NAME}", data=json.dumps({"file": blueprint_file(gum, EXPORTER_TAG)}),
+                                method="PUT")
+    assert status == 200 and body["result"] == "Success", body
+    done = service.wait_for(body["operationId"], timeout=1200)
+    keep_log(gum)
+    assert done["phase"] == "succeeded", (done, service.tail())
+    assert not done["summary"].get("delete") and not done["summary"].get("create"), done["summary"]
+    after = generations(cluster)
+    changed = {name for name, generation in before.items() if after.get(name) != generation}
+    assert changed == {"DaemonSet/enflame-gcu-exporter"}, (before, after)
+    exporter = json.loads(cluster.kubectl("get", "daemonset", "-n", "kube-system", "enflame-gcu-exporter",
+                                          "-o", "json").stdout)
+    assert exporter["spec"]["template"]["spec"]["containers"][0]["image"].endswith(f":{EXPORTER_TAG}")
+    wait_until(lambda: pod(cluster)["status"]["phase"] == "Running", 60, "the service still running after its own up")
+    # One owner: the CLI on the node sees the stack the service changed, with the service's blueprint in its config.
+    config = gum["stack"].get_all_config()
+    assert json.loads(config["gcu-stack:spec"].value)["exporter"]["version"] == EXPORTER_TAG
+    records = [r for r in service.oplog_records() if r.get("operationId") == body["operationId"]]
+    assert [r["event"] for r in records] == ["started", "finished"] and records[1]["result"] == "Success", records
+    shutil.rmtree(service.blueprints, ignore_errors=True)
+
+
+def test_5_the_cli_again_on_the_same_backend(gum):
+    """Back to the CLI: the service's up is in the stack's history, and the CLI's up converges on it."""
+    history = gum["stack"].history(page_size=5, page=1)
+    assert any(u.kind == "update" and u.result == "succeeded" for u in history)
+    up_converged(gum["stack"], on_output=lambda _: None)
+    assert gum["stack"].outputs()["phase"].value == "Running"
+
