@@ -152,6 +152,16 @@ def real_node_shared():
         yield
 
 
+@pytest.fixture(scope="module")
+def dockerd(tmp_path_factory):
+    """A private dockerd for the module's image builds (devtools/imagebuild.py); test_docker_runtime.py has its own."""
+    from devtools import imagebuild
+
+    with imagebuild.build_daemon(tmp_path_factory.mktemp("dockerd")) as daemon:
+        print(f"dockerd {daemon.server_version}, storage driver {daemon.storage_driver}")
+        yield daemon
+
+
 @pytest.fixture(scope="session")
 def seed_run():
     """The seed blueprint under mocks."""

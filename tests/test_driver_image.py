@@ -62,12 +62,6 @@ NODE_ENV = {
 
 
 @pytest.fixture(scope="module")
-def dockerd(tmp_path_factory):
-    with imagebuild.build_daemon(tmp_path_factory.mktemp("dockerd")) as daemon:
-        yield daemon
-
-
-@pytest.fixture(scope="module")
 def spec(dockerd, tmp_path_factory):
     """The driver image's build, staged as components/images.py stages it, with the fake installer."""
     project = tmp_path_factory.mktemp("project")

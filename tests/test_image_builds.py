@@ -26,13 +26,6 @@ pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
-def dockerd(tmp_path_factory):
-    with imagebuild.build_daemon(tmp_path_factory.mktemp("dockerd")) as daemon:
-        print(f"dockerd {daemon.server_version}, storage driver {daemon.storage_driver}")
-        yield daemon
-
-
-@pytest.fixture(scope="module")
 def project(tmp_path_factory):
     return tmp_path_factory.mktemp("project")
 

@@ -24,13 +24,6 @@ PINS = package.runtime_pins(PROJECT_DIR / "requirements.txt")
 
 
 @pytest.fixture(scope="module")
-def dockerd(tmp_path_factory):
-    with imagebuild.build_daemon(tmp_path_factory.mktemp("dockerd")) as daemon:
-        print(f"dockerd {daemon.server_version}, storage driver {daemon.storage_driver}")
-        yield daemon
-
-
-@pytest.fixture(scope="module")
 def image(dockerd, tmp_path_factory):
     """The image built twice (cold, then warm) from a package made twice (the site-packages cache: first, then hit)."""
     workdir = tmp_path_factory.mktemp("project")
