@@ -2,6 +2,7 @@
 
     serve [--listen HOST:PORT] (--token-file FILE | --no-auth) [--blueprints DIR] [--oplog DIR]
           [--tls-cert FILE --tls-key FILE] [--max-body BYTES] [--project-dir DIR] [--state-dir DIR] [--config-dir DIR]
+          [--own-stack NAME]
 
 The Pulumi CLI, backend and secrets passphrase come from the environment (PATH, PULUMI_BACKEND_URL,
 PULUMI_CONFIG_PASSPHRASE[_FILE], PULUMI_HOME), as for every gcu-stack command.
@@ -43,12 +44,14 @@ def main(argv: list[str]) -> int:
     serve.add_argument("--state-dir", type=Path, default=Path(os.environ.get("GCU_STATE_DIR", ".state")))
     serve.add_argument("--config-dir", type=Path, help="where the stacks' Pulumi.<stack>.yaml are (default: the project "
                                                          "directory; in-cluster: the operator's directory)")
+    serve.add_argument("--own-stack", help="the stack that deploys this service (in-cluster): PUT and DELETE refuse "
+                                           "to replace or remove the service under its own operation")
     args = parser.parse_args(argv)
 
     try:
         config = build(args.project_dir.resolve(), args.state_dir.resolve(), args.listen, args.token_file, args.no_auth,
                        args.blueprints, args.oplog, args.tls_cert, args.tls_key, args.max_body,
-                       args.config_dir.resolve() if args.config_dir else None)
+                       args.config_dir.resolve() if args.config_dir else None, args.own_stack)
     except ConfigError as error:
         print(f"gcu-stack serve: {error}", file=sys.stderr)
         return 2

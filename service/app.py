@@ -16,6 +16,7 @@ from pulumi import automation as auto
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from components.catalog.upgrade_manager import UPGRADE_MANAGER
 from service import blueprints
 from service.config import ServiceConfig
 from service.gum import GumError, envelope, failure, operation_of
@@ -203,20 +204,29 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
     def history(name: GrName) -> dict:
         return envelope("History", {"name": name, "updates": store.history(name)})
 
-    async def checked_blueprint(name: str, request: Request) -> tuple[str, dict]:
+    async def checked_blueprint(name: str, request: Request, changing: bool) -> tuple[str, dict]:
         body = await json_body(request, ("file",))
         path = blueprints.locate(config.blueprints_dir, body.get("file"))
 
         def check() -> dict:
             stack = store.stack(name)
-            values, secret_keys = store.config(stack)
-            return blueprints.check(blueprints.read(path), name, values, secret_keys, config.project_dir)
+            current, secret_keys = store.config(stack)
+            values = blueprints.check(blueprints.read(path), name, current, secret_keys, config.project_dir)
+            if changing and name == config.own_stack:
+                key = UPGRADE_MANAGER.key
+                if (blueprints.spec_part(values, key, config.project_dir, secret_keys)
+                        != blueprints.spec_part(current, key, store.paths_dir, secret_keys)):
+                    raise GumError(409, f"{body['file']} changes spec.{key}, this service itself (it runs from stack "
+                                        f"{name}): an update from here would replace the pod running it. Apply this "
+                                        "blueprint with the CLI on the service's node (docs/service.md, In the "
+                                        f"cluster), or PUT one that leaves spec.{key} as it is")
+            return values
 
         return body["file"], await run_in_threadpool(check)
 
     @api.post("/gum/v1/gr/{name}/preview", openapi_extra={**FILE_BODY, **BEARER})
     async def preview(name: GrName, request: Request) -> dict:
-        file, values = await checked_blueprint(name, request)
+        file, values = await checked_blueprint(name, request, changing=False)
         events: list[auto.EngineEvent] = []
         try:
             result = await run_in_threadpool(store.preview, name, values, events.append)
@@ -227,7 +237,7 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
 
     @api.put("/gum/v1/gr/{name}", openapi_extra={**FILE_BODY, **BEARER})
     async def upgrade(name: GrName, request: Request) -> dict:
-        file, values = await checked_blueprint(name, request)
+        file, values = await checked_blueprint(name, request, changing=True)
         caller = who(request)
 
         def work(op: Operation) -> dict:
@@ -247,6 +257,10 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
         policy = body.get("policy", "background")
         if policy not in POLICIES:
             raise GumError(400, f"policy {policy!r}: one of background (answer at once), foreground (answer when gone)")
+        if name == config.own_stack:
+            raise GumError(409, f"stack {name} runs this service (spec.{UPGRADE_MANAGER.key}): a delete from here would "
+                                "stop the service in the middle of it. Delete it with the CLI on the service's node "
+                                f"(`pulumi destroy --stack {name}` where its Pulumi.{name}.yaml is)")
         await run_in_threadpool(store.deployed, name)
         caller = who(request)
 

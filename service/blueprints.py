@@ -67,6 +67,16 @@ def stack_config_for(document: dict, config: Mapping[str, Any]) -> dict[str, Any
     return values
 
 
+def spec_part(config: Mapping[str, Any], key: str, project_dir: Path, secret_keys: frozenset[str]) -> Any:
+    """spec.<key> of the blueprint `config` deploys, as its model reads it (None: not deployed); a config that does not
+    validate reads as a part unlike any other."""
+    try:
+        resource = load_settings(config, project_dir, secret_keys).resource
+    except BlueprintError:
+        return object()
+    return resource.model_dump(mode="json", by_alias=True, exclude_none=True)["spec"].get(key)
+
+
 def check(document: dict, stack: str, config: Mapping[str, Any], secret_keys: frozenset[str], project_dir: Path) -> dict:
     """The stack config that deploys `document` on `stack`, after every check a preview makes before declaring."""
     name = (document.get("metadata") or {}).get("name")

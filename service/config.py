@@ -32,6 +32,8 @@ class ServiceConfig:
     tls_key: Optional[Path] = None
     max_body: int = 64 * 1024  # a request body is a file name or a policy: a few bytes
     config_dir: Optional[Path] = None  # the stacks' Pulumi.<stack>.yaml; None: the project directory
+    # In the cluster: the stack whose upgradeManager runs this service (it must not replace or delete itself).
+    own_stack: Optional[str] = None
 
     @property
     def loopback(self) -> bool:
@@ -57,7 +59,7 @@ def read_token(path: Path) -> str:
 
 def build(project_dir: Path, state_dir: Path, listen: str, token_file: Optional[Path], no_auth: bool,
           blueprints_dir: Path, oplog_dir: Path, tls_cert: Optional[Path], tls_key: Optional[Path],
-          max_body: int, config_dir: Optional[Path] = None) -> ServiceConfig:
+          max_body: int, config_dir: Optional[Path] = None, own_stack: Optional[str] = None) -> ServiceConfig:
     host, _, port_text = listen.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
@@ -67,7 +69,7 @@ def build(project_dir: Path, state_dir: Path, listen: str, token_file: Optional[
     token = read_token(token_file) if token_file else None
     config = ServiceConfig(project_dir=project_dir, state_dir=state_dir, host=host, port=int(port_text), token=token,
                            blueprints_dir=blueprints_dir, oplog_dir=oplog_dir, tls_cert=tls_cert, tls_key=tls_key,
-                           max_body=max_body, config_dir=config_dir)
+                           max_body=max_body, config_dir=config_dir, own_stack=own_stack)
     if token is None and not no_auth:
         raise ConfigError("no token: give --token-file FILE (requests then need `Authorization: Bearer <token>`), "
                           "or --no-auth on a loopback address only")

@@ -86,8 +86,13 @@ class StackStore:
             raise not_found(name, f"stack {name} holds nothing (deleted, or never deployed: PUT a blueprint to install it)")
         return auto.Stack.select(name, self.workspace(name)), summary
 
+    @property
+    def paths_dir(self) -> Path:
+        """Where the stacks' Pulumi.<stack>.yaml are, and so where the CLI that set them reads their relative paths."""
+        return self.config_dir or self.project_dir
+
     def config_file(self, name: str) -> Path:
-        return (self.config_dir or self.project_dir) / f"Pulumi.{name}.yaml"
+        return self.paths_dir / f"Pulumi.{name}.yaml"
 
     def run_config(self, stack: auto.Stack, *args: str) -> str:
         """`pulumi config <args>` on the stack's own config file (the Automation API's config calls cannot name it)."""
@@ -124,7 +129,7 @@ class StackStore:
         stack, summary = self.deployed(name)
         values, secret_keys = self.config(stack)
         try:
-            settings = load_settings(values, self.project_dir, secret_keys)
+            settings = load_settings(values, self.paths_dir, secret_keys)
         except BlueprintError as error:
             raise GumError(500, f"stack {name}'s own config does not validate (fix it with `GCU_STACK={name} "
                                 f"scripts/gcu-stack preview`): {error}") from None

@@ -133,6 +133,22 @@ def test_3_a_preview_run_by_the_service_in_its_pod(gum):
     assert not [c for c in body["content"]["changes"] if c["op"] in ("replace", "delete", "create-replacement")]
 
 
+def test_3_the_service_neither_replaces_nor_deletes_itself(gum):
+    """It runs from this stack (`--own-stack`): changing its own part, or deleting the stack, would stop its pod in
+    the middle of its own operation; both are refused and nothing changes."""
+    service, cluster = gum["service"], gum["cluster"]
+    before = generations(cluster)
+    blueprint_file(gum, EXPORTER_TAG)
+    document = json.loads((service.blueprints / "gr.json").read_text())
+    document["spec"]["upgradeManager"]["nodeSelector"]["gcu-stack.test/moved"] = "yes"
+    (service.blueprints / "self.json").write_text(json.dumps(document))
+    status, body = service.curl(f"/gum/v1/gr/{NAME}", data='{"file": "self.json"}', method="PUT")
+    assert status == 409 and "changes spec.upgradeManager, this service itself" in body["error"], body
+    status, body = service.curl(f"/gum/v1/gr/{NAME}", data='{"policy": "foreground"}', method="DELETE")
+    assert status == 409 and f"pulumi destroy --stack {NAME}" in body["error"], body
+    assert generations(cluster) == before
+
+
 def test_4_an_upgrade_run_by_the_service_changes_only_the_exporter(gum):
     service, cluster = gum["service"], gum["cluster"]
     before = generations(cluster)

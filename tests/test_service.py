@@ -21,10 +21,17 @@ NAME = "enflame-gcu-resource"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def stack_env(tmp_path_factory):
+    """The stack's root directory, the stack, and the environment a service for it runs in."""
     root = tmp_path_factory.mktemp("service")
     stack, env = new_stack(root, NAME)
-    with running_service(root / "svc", root / "project", {**os.environ, **env}) as service:
+    return root, stack, {**os.environ, **env}
+
+
+@pytest.fixture(scope="module")
+def served(stack_env):
+    root, stack, env = stack_env
+    with running_service(root / "svc", root / "project", env) as service:
         yield service, stack, root
 
 
@@ -124,6 +131,23 @@ def test_a_change_while_the_stack_is_being_changed_is_refused_naming_who(served)
         handle.flush()
         failed(service.curl(f"/gum/v1/gr/{NAME}", method="PUT", data='{"file": "gr.json"}'), 409, "Upgrade",
                "being changed right now by `scripts/gcu-stack up` (pid 4242 on ops-host", "nothing was started")
+    assert config_of(stack) == before
+
+
+def test_the_service_in_the_cluster_neither_replaces_nor_deletes_itself(stack_env, tmp_path):
+    """In-cluster the service runs from its stack's upgradeManager (`--own-stack`): a PUT that changes that part, or a
+    DELETE of that stack, would stop the pod in the middle of its own operation, so both are refused."""
+    root, stack, env = stack_env
+    before = config_of(stack)
+    with running_service(tmp_path / "own", root / "project", env, "--own-stack", NAME) as own:
+        write_blueprint(own, "with-service.json", lambda d: d["spec"].update(
+            upgradeManager={"nodeSelector": {"kubernetes.io/hostname": "gcu-node-1"}}))
+        failed(own.curl(f"/gum/v1/gr/{NAME}", method="PUT", data='{"file": "with-service.json"}'), 409, "Upgrade",
+               "with-service.json changes spec.upgradeManager, this service itself", "with the CLI on the service's node")
+        failed(own.curl(f"/gum/v1/gr/{NAME}", method="DELETE", data='{"policy": "foreground"}'), 409, "Delete",
+               f"stack {NAME} runs this service", f"pulumi destroy --stack {NAME}")
+        status, body = own.curl("/gum/v1/operations")
+        assert status == 200 and body["content"] == []
     assert config_of(stack) == before
 
 

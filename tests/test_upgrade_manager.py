@@ -4,6 +4,7 @@ from harness import fails, pod_spec, run_program
 from k8s_schema import normalise
 
 from components.catalog.upgrade_manager import GUM_DIR, RULES
+from components.settings import DEFAULT_RESOURCE_NAME
 
 NODE = {"kubernetes.io/hostname": "gcu-node-1"}
 
@@ -25,6 +26,8 @@ def test_the_service_on_its_node_behind_gums_node_port_with_its_secret_and_direc
         "--listen=0.0.0.0:32765", "--token-file=/etc/gcu-upgrade-manager/token",
         f"--blueprints={GUM_DIR}/blueprints", f"--oplog={GUM_DIR}/op-log",
         "--config-dir=/srv/gcu-stack", "--state-dir=/srv/gcu-stack/.state",
+        # The GcuResource's stack: the one the service must not replace or delete from inside.
+        f"--own-stack={DEFAULT_RESOURCE_NAME}",
     ]
     env = {e["name"]: e.get("value") or e.get("valueFrom") for e in container["env"]}
     assert env["PULUMI_BACKEND_URL"] == "file:///srv/gcu-stack/.state/backend"

@@ -108,7 +108,8 @@ def extras(component: ResolvedComponent, context: BuildContext) -> Extras:
         mounts += (HostMount("backend", path, path, read_only=False, type="DirectoryOrCreate"),)
     return Extras(pod=PodAdditions(
         env={"PULUMI_BACKEND_URL": backend},
-        args=(f"--config-dir={stacks}", f"--state-dir={stacks}/.state"),
+        # The service manages a GcuResource through the stack of its name: this one runs the service itself.
+        args=(f"--config-dir={stacks}", f"--state-dir={stacks}/.state", f"--own-stack={context.instance}"),
         secret_name=settings.secret,
         mounts=mounts,
     ))
