@@ -44,8 +44,8 @@ def main(argv: list[str]) -> int:
     serve.add_argument("--state-dir", type=Path, default=Path(os.environ.get("GCU_STATE_DIR", ".state")))
     serve.add_argument("--config-dir", type=Path, help="where the stacks' Pulumi.<stack>.yaml are (default: the project "
                                                          "directory; in-cluster: the operator's directory)")
-    serve.add_argument("--own-stack", help="the stack that deploys this service (in-cluster): PUT and DELETE refuse "
-                                           "to replace or remove the service under its own operation")
+    serve.add_argument("--own-stack", help="the stack that deploys this service (in-cluster): a PUT may not change "
+                                           "the service's own part, a DELETE removes the rest and keeps the service")
     args = parser.parse_args(argv)
 
     try:
@@ -71,7 +71,8 @@ def main(argv: list[str]) -> int:
         print("gcu-stack serve: no pulumi CLI on PATH: start the service with `scripts/gcu-stack serve`", file=sys.stderr)
         return 2
     root = shim.write(config.state_dir / "service" / "pulumi", config.state_dir, pulumi)
-    store = StackStore(config.project_dir, env, config.state_dir, shim_root=root, config_dir=config.config_dir)
+    store = StackStore(config.project_dir, env, config.state_dir, shim_root=root, config_dir=config.config_dir,
+                       own_stack=config.own_stack)
     app = create_app(config, store)
     scheme = "https" if config.tls_cert else "http"
     print(f"gcu-stack serve: {scheme}://{config.host}:{config.port}/gum/v1/gr (blueprints: {config.blueprints_dir}, "

@@ -7,7 +7,7 @@ import json
 import os
 import time
 from pathlib import Path as FilePath
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, Depends, FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,7 +23,7 @@ from service.gum import GumError, envelope, failure, operation_of
 from service.metrics import Metrics
 from service.operations import Operation, Operations, command_error
 from service.oplog import OpLog
-from service.stacks import NAME, StackStore
+from service.stacks import NAME, StackStore, type_chain
 
 POLICIES = ("background", "foreground")
 # A GcuResource's name in a path, documented in the OpenAPI document (checked by FastAPI, refused as gum would).
@@ -257,17 +257,18 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
         policy = body.get("policy", "background")
         if policy not in POLICIES:
             raise GumError(400, f"policy {policy!r}: one of background (answer at once), foreground (answer when gone)")
-        if name == config.own_stack:
-            raise GumError(409, f"stack {name} runs this service (spec.{UPGRADE_MANAGER.key}): a delete from here would "
-                                "stop the service in the middle of it. Delete it with the CLI on the service's node "
-                                f"(`pulumi destroy --stack {name}` where its Pulumi.{name}.yaml is)")
         await run_in_threadpool(store.deployed, name)
+        # The stack that runs this service (in-cluster) keeps it, as gum outlived the GcuResource it deleted.
+        kept = await run_in_threadpool(service_only, name) if name == config.own_stack else None
         caller = who(request)
 
         def work(op: Operation) -> dict:
             ready_to_change(name)
-            result = store.destroy(name, op.on_event, f"gcu-stack service: DELETE by {caller} (operation {op.id})")
-            return {"summary": result.summary.resource_changes or {}}
+            message = f"gcu-stack service: DELETE by {caller} (operation {op.id})"
+            if kept is None:
+                result = store.destroy(name, op.on_event, message)
+                return {"summary": result.summary.resource_changes or {}}
+            return all_but_the_service(name, kept, op, message + ": everything but this service")
 
         op = start(name, "Delete", {"policy": policy}, caller, work)
         if policy == "foreground":
@@ -293,6 +294,24 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    def service_only(name: str) -> Optional[dict]:
+        """The config of stack `name` deploying this service's part and nothing else (None: it does not run it)."""
+        current, secret_keys = store.config(store.stack(name))
+        return blueprints.keeping_only(current, UPGRADE_MANAGER.key, store.paths_dir, secret_keys)
+
+    def all_but_the_service(name: str, values: dict, op: Operation, message: str) -> dict:
+        """An up to `values` (only this service), after a preview shows it leaves the service's own resources be."""
+        events: list[auto.EngineEvent] = []
+        planned = preview_content(store.preview(name, values, events.append), events)
+        touched = sorted(f"{c['op']} {c['urn']}" for c in planned["changes"] if disturbs_the_service(c["op"], c["urn"]))
+        if touched:
+            raise GumError(409, f"removing everything but this service would also {'; '.join(touched)}: nothing "
+                                f"changed. Delete stack {name} with the CLI on the service's node (`pulumi destroy "
+                                f"--stack {name}` where its Pulumi.{name}.yaml is)")
+        store.apply_config(store.stack(name), values)
+        result = store.up(name, op.on_event, message)
+        return {"summary": result.summary.resource_changes or {}}
 
     def ready_to_change(name: str) -> None:
         """What a killed command left on the stack (a stale lock, pending operations) cleared, as the CLI does."""
@@ -325,6 +344,16 @@ def create_app(config: ServiceConfig, store: StackStore) -> FastAPI:
 
     app.openapi = openapi
     return app
+
+
+def disturbs_the_service(op: str, urn: str) -> bool:
+    """Whether a planned step would restart or remove the service's pod: any change to its component's resources, or
+    the loss of a namespace or of the Kubernetes provider (what its objects stand on)."""
+    chain = type_chain(urn)
+    if f"gcu:components:{UPGRADE_MANAGER.type_name}" in chain:
+        return op not in ("same", "read")
+    standing_on = chain[-1:] in (["kubernetes:core/v1:Namespace"], ["pulumi:providers:kubernetes"])
+    return standing_on and op in ("delete", "replace", "create-replacement", "delete-replaced", "discard")
 
 
 def preview_content(result: auto.PreviewResult, events: list[auto.EngineEvent]) -> dict:

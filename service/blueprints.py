@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from pydantic import ValidationError
 
-from components.blueprint import GcuResource
+from components.blueprint import GcuResource, deployed_components
 from components.errors import BlueprintError, describe
 from components.plan import checks
 from components.settings import NAMESPACE, load_settings, read_blueprint_file
@@ -75,6 +75,26 @@ def spec_part(config: Mapping[str, Any], key: str, project_dir: Path, secret_key
     except BlueprintError:
         return object()
     return resource.model_dump(mode="json", by_alias=True, exclude_none=True)["spec"].get(key)
+
+
+def deployed_keys(config: Mapping[str, Any], project_dir: Path, secret_keys: frozenset[str]) -> Optional[set[str]]:
+    """The spec keys of the components `config` deploys (None: it does not validate)."""
+    try:
+        resource = load_settings(config, project_dir, secret_keys).resource
+    except BlueprintError:
+        return None
+    return {c.definition.key for c in deployed_components(resource.spec)}
+
+
+def keeping_only(config: Mapping[str, Any], key: str, project_dir: Path, secret_keys: frozenset[str]) -> Optional[dict]:
+    """The stack config that deploys spec.<key> of what `config` deploys and nothing else (None: it does not deploy
+    that part, or does not validate)."""
+    if key not in (deployed_keys(config, project_dir, secret_keys) or ()):
+        return None
+    document = load_settings(config, project_dir, secret_keys).resource.model_dump(mode="json", by_alias=True,
+                                                                                    exclude_none=True)
+    document["spec"] = {key: document["spec"][key]}
+    return stack_config_for(document, config)
 
 
 def check(document: dict, stack: str, config: Mapping[str, Any], secret_keys: frozenset[str], project_dir: Path) -> dict:

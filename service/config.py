@@ -32,7 +32,7 @@ class ServiceConfig:
     tls_key: Optional[Path] = None
     max_body: int = 64 * 1024  # a request body is a file name or a policy: a few bytes
     config_dir: Optional[Path] = None  # the stacks' Pulumi.<stack>.yaml; None: the project directory
-    # In the cluster: the stack whose upgradeManager runs this service (it must not replace or delete itself).
+    # In the cluster: the stack whose upgradeManager runs this service (a PUT may not replace it, a DELETE keeps it).
     own_stack: Optional[str] = None
 
     @property

@@ -47,6 +47,8 @@ class StackStore:
     shim_root: Optional[Path] = None
     # Where each stack's Pulumi.<stack>.yaml is; None: the project directory, as for the CLI.
     config_dir: Optional[Path] = None
+    # In the cluster: the stack that runs this service (a GcuResource deleted from here leaves the service in it).
+    own_stack: Optional[str] = None
 
     def __post_init__(self) -> None:
         root = str(self.shim_root) if self.shim_root else None
@@ -84,7 +86,19 @@ class StackStore:
         summary = self.summary(name)
         if not summary.resource_count:
             raise not_found(name, f"stack {name} holds nothing (deleted, or never deployed: PUT a blueprint to install it)")
-        return auto.Stack.select(name, self.workspace(name)), summary
+        stack = auto.Stack.select(name, self.workspace(name))
+        if name == self.own_stack and self.holds_only_the_service(stack):
+            raise not_found(name, f"stack {name} holds only this service (deleted, or never installed: PUT a blueprint "
+                                  "to install it)")
+        return stack, summary
+
+    def holds_only_the_service(self, stack: auto.Stack) -> bool:
+        """Whether the stack deploys nothing but this service's own part: its GcuResource is gone."""
+        from components.catalog.upgrade_manager import UPGRADE_MANAGER
+        from service.blueprints import deployed_keys
+
+        values, secret_keys = self.config(stack)
+        return deployed_keys(values, self.paths_dir, secret_keys) == {UPGRADE_MANAGER.key}
 
     @property
     def paths_dir(self) -> Path:
@@ -164,7 +178,7 @@ class StackStore:
         token = f"gcu:components:{component.type_name}"
         workloads = [
             r for r in deployment.get("resources") or []
-            if r.get("type") in WORKLOAD_TYPES and token in _type_chain(r.get("urn", ""))
+            if r.get("type") in WORKLOAD_TYPES and token in type_chain(r.get("urn", ""))
         ]
         if not workloads:
             raise GumError(404, f"GcuResource {name} deploys no {kind} workload (spec.{component.key} not deployed)")
@@ -302,7 +316,7 @@ class StackStore:
         return stack.destroy(on_event=on_event, message=message, config_file=str(self.config_file(name)))
 
 
-def _type_chain(urn: str) -> list[str]:
+def type_chain(urn: str) -> list[str]:
     """The types of a resource and its parents from its URN (urn:pulumi:stack::project::a$b$type::name)."""
     parts = urn.split("::")
     return parts[2].split("$") if len(parts) >= 4 else []

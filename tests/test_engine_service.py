@@ -188,3 +188,37 @@ def test_6_put_reinstalls_and_a_foreground_delete_answers_when_everything_is_gon
     assert daemonsets(engine) == {}  # gone when it answered
     status, body = service.curl(f"/gum/v1/gr/{NAME}")
     assert status == 404 and body["result"] == "Failed"
+
+
+def test_7_in_the_cluster_a_delete_keeps_the_service_and_a_put_reinstalls_around_it(gum):
+    """The service deployed by its own stack (`--own-stack`, as its pod runs) deletes the GcuResource as gum did: every
+    component goes, the service's Deployment stays untouched to take the next PUT, which reinstalls around it."""
+    engine, service = gum
+    document = {"apiVersion": "topsops.enflame.com/v1", "kind": "GcuResource", "metadata": {"name": NAME},
+                "spec": {**spec("1.0", "2.1.0"), "upgradeManager": {"nodeSelector": {"kubernetes.io/hostname": "cpu-node-1"}}}}
+    (service.blueprints / "with-service.json").write_text(json.dumps(document))
+    started = succeeded(service.curl(f"/gum/v1/gr/{NAME}", method="PUT", data='{"file": "with-service.json"}'), "Upgrade")
+    assert service.wait_for(started["operationId"])["phase"] == "succeeded"
+    deployment = ("get", "deployment", "-n", "kube-system", "-l", "app.kubernetes.io/component=upgradeManager", "-o", "json")
+    [before] = json.loads(engine.cluster.kubectl(*deployment).stdout)["items"]
+    env = {**os.environ, **engine.stack.workspace.env_vars}
+    state = engine.root / "own" / "state"
+    state.mkdir(parents=True)
+    shutil.copy(engine.policy_config, state / f"policy-{NAME}.json")
+    with running_service(engine.root / "own", engine.root / "project", env, "--own-stack", NAME) as own:
+        shutil.copy(service.blueprints / "with-service.json", own.blueprints / "gr.json")
+        succeeded(own.curl(f"/gum/v1/gr/{NAME}", method="DELETE", data='{"policy": "foreground"}'), "Delete")
+        assert daemonsets(engine) == {}  # every component gone when it answered
+        [kept] = json.loads(engine.cluster.kubectl(*deployment).stdout)["items"]
+        assert (kept["metadata"]["uid"], kept["metadata"]["generation"]) == (
+            before["metadata"]["uid"], before["metadata"]["generation"])
+        # As gum answered after its delete: the GcuResource is gone, though its stack still runs the service.
+        status, body = own.curl(f"/gum/v1/gr/{NAME}")
+        assert status == 404 and "holds only this service" in body["error"], body
+        assert succeeded(own.curl("/gum/v1/gr"), "List")["content"]["items"] == []
+        started = succeeded(own.curl(f"/gum/v1/gr/{NAME}", method="PUT", data='{"file": "gr.json"}'), "Upgrade")
+        done = own.wait_for(started["operationId"])
+        assert done["phase"] == "succeeded" and len(daemonsets(engine)) == 6, (done, own.tail())
+        [again] = json.loads(engine.cluster.kubectl(*deployment).stdout)["items"]
+        assert again["metadata"]["generation"] == before["metadata"]["generation"]
+        assert succeeded(own.curl(f"/gum/v1/gr/{NAME}"), "Get")["content"]["metadata"]["name"] == NAME

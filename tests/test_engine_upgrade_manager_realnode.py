@@ -133,9 +133,9 @@ def test_3_a_preview_run_by_the_service_in_its_pod(gum):
     assert not [c for c in body["content"]["changes"] if c["op"] in ("replace", "delete", "create-replacement")]
 
 
-def test_3_the_service_neither_replaces_nor_deletes_itself(gum):
-    """It runs from this stack (`--own-stack`): changing its own part, or deleting the stack, would stop its pod in
-    the middle of its own operation; both are refused and nothing changes."""
+def test_3_the_service_does_not_replace_itself(gum):
+    """It runs from this stack (`--own-stack`): changing its own part would replace its pod in the middle of its own
+    operation; that is refused and nothing changes."""
     service, cluster = gum["service"], gum["cluster"]
     before = generations(cluster)
     blueprint_file(gum, EXPORTER_TAG)
@@ -144,8 +144,6 @@ def test_3_the_service_neither_replaces_nor_deletes_itself(gum):
     (service.blueprints / "self.json").write_text(json.dumps(document))
     status, body = service.curl(f"/gum/v1/gr/{NAME}", data='{"file": "self.json"}', method="PUT")
     assert status == 409 and "changes spec.upgradeManager, this service itself" in body["error"], body
-    status, body = service.curl(f"/gum/v1/gr/{NAME}", data='{"policy": "foreground"}', method="DELETE")
-    assert status == 409 and f"pulumi destroy --stack {NAME}" in body["error"], body
     assert generations(cluster) == before
 
 
@@ -181,3 +179,25 @@ def test_5_the_cli_again_on_the_same_backend(gum):
     up_converged(gum["stack"], on_output=lambda _: None)
     assert gum["stack"].outputs()["phase"].value == "Running"
 
+
+
+def test_6_a_delete_through_the_node_port_keeps_the_service_and_a_put_reinstalls(gum):
+    """gum's delete, run by the service in its pod on its own stack: every component goes and the pod stays (same
+    pod, still Running) to answer the next calls, as gum outlived the GcuResource it deleted."""
+    service, cluster = gum["service"], gum["cluster"]
+    running = pod(cluster)
+    status, body = service.curl(f"/gum/v1/gr/{NAME}", data='{"policy": "foreground"}', method="DELETE")
+    keep_log(gum)
+    assert status == 200 and body["result"] == "Success", (body, service.tail())
+    assert set(generations(cluster)) == {"Deployment/gcu-upgrade-manager"}, generations(cluster)
+    assert pod(cluster)["metadata"]["uid"] == running["metadata"]["uid"]
+    status, body = service.curl(f"/gum/v1/gr/{NAME}")
+    assert status == 404 and "holds only this service" in body["error"], body
+    status, body = service.curl(f"/gum/v1/gr/{NAME}", data=json.dumps({"file": blueprint_file(gum, EXPORTER_TAG)}),
+                                method="PUT")
+    assert status == 200 and body["result"] == "Success", body
+    done = service.wait_for(body["operationId"], timeout=1200)
+    keep_log(gum)
+    assert done["phase"] == "succeeded", (done, service.tail())
+    assert "DaemonSet/enflame-gcu-exporter" in generations(cluster)
+    assert pod(cluster)["metadata"]["uid"] == running["metadata"]["uid"]

@@ -15,6 +15,8 @@ from pulumi import automation as auto
 from realservers import PROJECT_DIR
 from service_fixtures import TOKEN, new_stack, running_service
 
+from service import blueprints
+from service.app import disturbs_the_service
 from stackops.locks import project_name, run_lock_path
 
 NAME = "enflame-gcu-resource"
@@ -134,9 +136,10 @@ def test_a_change_while_the_stack_is_being_changed_is_refused_naming_who(served)
     assert config_of(stack) == before
 
 
-def test_the_service_in_the_cluster_neither_replaces_nor_deletes_itself(stack_env, tmp_path):
-    """In-cluster the service runs from its stack's upgradeManager (`--own-stack`): a PUT that changes that part, or a
-    DELETE of that stack, would stop the pod in the middle of its own operation, so both are refused."""
+def test_the_service_in_the_cluster_does_not_replace_itself(stack_env, tmp_path):
+    """In-cluster the service runs from its stack's upgradeManager (`--own-stack`): a PUT that changes that part would
+    replace the pod in the middle of its own operation, so it is refused. (Its DELETE, which keeps the service, is in
+    test_engine_service.py.)"""
     root, stack, env = stack_env
     before = config_of(stack)
     with running_service(tmp_path / "own", root / "project", env, "--own-stack", NAME) as own:
@@ -144,11 +147,37 @@ def test_the_service_in_the_cluster_neither_replaces_nor_deletes_itself(stack_en
             upgradeManager={"nodeSelector": {"kubernetes.io/hostname": "gcu-node-1"}}))
         failed(own.curl(f"/gum/v1/gr/{NAME}", method="PUT", data='{"file": "with-service.json"}'), 409, "Upgrade",
                "with-service.json changes spec.upgradeManager, this service itself", "with the CLI on the service's node")
-        failed(own.curl(f"/gum/v1/gr/{NAME}", method="DELETE", data='{"policy": "foreground"}'), 409, "Delete",
-               f"stack {NAME} runs this service", f"pulumi destroy --stack {NAME}")
         status, body = own.curl("/gum/v1/operations")
         assert status == 200 and body["content"] == []
     assert config_of(stack) == before
+
+
+def test_what_a_delete_keeps_of_the_stack_running_the_service():
+    """DELETE of the service's own stack deploys its part alone: the rest of the config as it was."""
+    service = {"nodeSelector": {"kubernetes.io/hostname": "gcu-node-1"}}
+    document = json.loads((PROJECT_DIR / "blueprints" / "gcu-resource.json").read_text())
+    config = {"gcu-stack:spec": json.dumps({**document["spec"], "upgradeManager": service}),
+              "gcu-stack:name": NAME, "gcu-stack:driverUpgrade": '{"maxParallel": 2}'}
+    assert blueprints.deployed_keys(config, PROJECT_DIR, frozenset()) >= {"nfd", "toolkit", "upgradeManager"}
+    kept = blueprints.keeping_only(config, "upgradeManager", PROJECT_DIR, frozenset())
+    assert blueprints.deployed_keys(kept, PROJECT_DIR, frozenset()) == {"upgradeManager"}
+    assert json.loads(kept["gcu-stack:spec"])["upgradeManager"]["nodeSelector"] == service["nodeSelector"]
+    assert kept["gcu-stack:name"] == NAME and kept["gcu-stack:driverUpgrade"] == config["gcu-stack:driverUpgrade"]
+    assert blueprints.keeping_only({"gcu-stack:spec": json.dumps(document["spec"]), "gcu-stack:name": NAME},
+                                   "upgradeManager", PROJECT_DIR, frozenset()) is None
+
+
+@pytest.mark.parametrize("op, urn, disturbs", [
+    ("same", "urn:pulumi:s::p::gcu:stack:GcuResource$gcu:components:UpgradeManager$kubernetes:apps/v1:Deployment::um", False),
+    ("update", "urn:pulumi:s::p::gcu:stack:GcuResource$gcu:components:UpgradeManager$kubernetes:apps/v1:Deployment::um", True),
+    ("delete", "urn:pulumi:s::p::gcu:stack:GcuResource$gcu:components:Exporter$kubernetes:apps/v1:DaemonSet::exp", False),
+    ("delete", "urn:pulumi:s::p::gcu:stack:GcuResource$kubernetes:core/v1:Namespace::enflame", True),
+    ("update", "urn:pulumi:s::p::gcu:stack:GcuResource$kubernetes:core/v1:Namespace::enflame", False),
+    ("replace", "urn:pulumi:s::p::pulumi:providers:kubernetes::cluster", True),
+    ("delete", "urn:pulumi:s::p::gcu:stack:GcuResource$pulumi:providers:pulumi-python::gcu-hoststate", False),
+])
+def test_what_disturbs_the_service_while_it_deletes_the_rest(op, urn, disturbs):
+    assert disturbs_the_service(op, urn) is disturbs
 
 
 def test_openapi_and_metrics(served):
