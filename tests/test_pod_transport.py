@@ -93,3 +93,28 @@ def test_result_is_the_last_json_line_and_errors_name_the_node():
         parse_result("n", '{"error": "node n: /etc/docker/daemon.json is not valid JSON (line 1)"}')
     with pytest.raises(RuntimeError, match="printed no result"):
         parse_result("n", "Traceback ...\n")
+
+
+class ScriptedPods(PodTransport):
+    """The pods' logs in turn, as a node whose runtime restarts under the first ones would give them."""
+
+    def __init__(self, logs: list[str]):
+        super().__init__(transport_for(PROPS, "containerd").backend, transport_for(PROPS, "containerd").pod)
+        self.logs, self.runs = list(logs), 0
+
+    def _run_once(self, node: str, argv: list[str]) -> str:
+        self.runs += 1
+        return self.logs.pop(0)
+
+
+def test_a_pod_killed_before_its_result_runs_again_and_an_error_result_does_not():
+    pods = ScriptedPods(["", "starting\n", '{"active": true}'])
+    assert pods.activate("gcu-node-1", ["gcu-node-1"]) == {"active": True} and pods.runs == 3
+    pods = ScriptedPods(['{"error": "node gcu-node-1: config.toml is not valid TOML"}', '{"active": true}'])
+    with pytest.raises(RuntimeError, match="not valid TOML"):
+        pods.activate("gcu-node-1", ["gcu-node-1"])
+    assert pods.runs == 1
+    pods = ScriptedPods(["", "", "Traceback ...\n", '{"active": true}'])
+    with pytest.raises(RuntimeError, match="printed no result in 3 runs") as raised:
+        pods.activate("gcu-node-1", ["gcu-node-1"])
+    assert "Traceback" in str(raised.value) and pods.runs == 3

@@ -25,6 +25,7 @@ HOST_ROOT = "/host"
 # hostPID: PID 1 is the host's init, so nsenter reaches the host's systemd (and its restart of the runtime).
 IN_HOST = ("nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--")
 ACTIVATION_POD = "gcu-runtime-activate"
+RUN_ATTEMPTS = 3  # runs of a runtime pod that printed no result (killed by a runtime restart: PodTransport._run)
 
 
 def in_pod(options: dict) -> list[str]:
@@ -212,6 +213,22 @@ class PodTransport:
         }
 
     def _run(self, node: str, argv: list[str]) -> dict:
+        """The module's result on `node`. A pod that ends without printing one was killed from outside: the toolkit's
+        own pod on that node restarts the same runtime when it activates it, and a runtime restart while our
+        container is being started takes the container with it. The action is idempotent (the same files, a
+        restart only when they change), so it runs again, up to RUN_ATTEMPTS times."""
+        logs = []
+        for _ in range(RUN_ATTEMPTS):
+            log = self._run_once(node, argv)
+            try:
+                return parse_result(node, log)
+            except NoResult:
+                logs.append(log)
+        raise RuntimeError(f"node {node}: the runtime pod printed no result in {RUN_ATTEMPTS} runs; their logs:\n"
+                           + "\n---\n".join(text[-1500:] for text in logs))
+
+    def _run_once(self, node: str, argv: list[str]) -> str:
+        """One pod running the module on `node`, to its end: its log."""
         from kubernetes.client.exceptions import ApiException
 
         api = core_api(self.pod.kubeconfig, self.pod.context)
@@ -227,8 +244,7 @@ class PodTransport:
                 time.sleep(1)
                 pod = json.loads(api.read_namespaced_pod(name, namespace, _preload_content=False).data)
                 phase = (pod.get("status") or {}).get("phase", "Pending")
-            log = api.read_namespaced_pod_log(name, namespace, _preload_content=False).data.decode()
-            return parse_result(node, log)
+            return api.read_namespaced_pod_log(name, namespace, _preload_content=False).data.decode()
         finally:
             try:
                 api.delete_namespaced_pod(name, namespace, _preload_content=False)
@@ -245,12 +261,16 @@ class PodTransport:
         return self._run(host, self.backend.arguments("inspect", host, state))
 
 
+class NoResult(RuntimeError):
+    """The runtime pod ended without printing its JSON result."""
+
+
 def parse_result(node: str, log: str) -> dict:
     lines = [line for line in log.strip().splitlines() if line.strip()]
     try:
         result = json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError):
-        raise RuntimeError(f"node {node}: the runtime pod printed no result; its log:\n{log[-2000:]}") from None
+        raise NoResult(f"node {node}: the runtime pod printed no result; its log:\n{log[-2000:]}") from None
     if "error" in result:
         raise RuntimeError(result["error"])
     return result
