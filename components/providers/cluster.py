@@ -14,6 +14,7 @@ from ..kube_target import looks_like_content
 # Where a cluster's identity is read: the kube-system namespace exists from a cluster's first moments to its last,
 # and its UID changes only when the cluster is rebuilt (a new etcd), whatever its API server's address.
 IDENTITY_NAMESPACE = "kube-system"
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
 class ClusterMismatch(RuntimeError):
@@ -27,12 +28,20 @@ def core_api(kubeconfig: Optional[str], context: Optional[str], pool_size: int =
     configuration = client.Configuration()
     if kubeconfig and looks_like_content(kubeconfig):
         config.load_kube_config_from_dict(yaml.safe_load(kubeconfig), context=context, client_configuration=configuration)
+    elif kubeconfig and not os.path.exists(kubeconfig) and in_a_pod():
+        # A path recorded by the CLI on a node, read by the upgrade service in its pod (a delete acts on the recorded
+        # inputs): the pod's own credentials; a recorded kube-system UID still refuses any other cluster.
+        config.load_incluster_config(client_configuration=configuration)
     elif kubeconfig or os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config")):
         config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
     else:
         config.load_incluster_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = pool_size
     return client.CoreV1Api(client.ApiClient(configuration))
+
+
+def in_a_pod() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and os.path.exists(SERVICE_ACCOUNT_TOKEN)
 
 
 def identify(api: Any, timeout: Optional[float] = None) -> dict[str, str]:
