@@ -67,32 +67,42 @@ def stack_config_for(document: dict, config: Mapping[str, Any]) -> dict[str, Any
     return values
 
 
+def _resource(config: Mapping[str, Any], project_dir: Path, secret_keys: frozenset[str]) -> Optional[GcuResource]:
+    """The GcuResource `config` deploys (None: it does not validate)."""
+    try:
+        return load_settings(config, project_dir, secret_keys).resource
+    except BlueprintError:
+        return None
+
+
+def _document(resource: GcuResource) -> dict:
+    return resource.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _keys(resource: GcuResource) -> set[str]:
+    return {c.definition.key for c in deployed_components(resource.spec)}
+
+
 def spec_part(config: Mapping[str, Any], key: str, project_dir: Path, secret_keys: frozenset[str]) -> Any:
     """spec.<key> of the blueprint `config` deploys, as its model reads it (None: not deployed); a config that does not
     validate reads as a part unlike any other."""
-    try:
-        resource = load_settings(config, project_dir, secret_keys).resource
-    except BlueprintError:
-        return object()
-    return resource.model_dump(mode="json", by_alias=True, exclude_none=True)["spec"].get(key)
+    resource = _resource(config, project_dir, secret_keys)
+    return object() if resource is None else _document(resource)["spec"].get(key)
 
 
 def deployed_keys(config: Mapping[str, Any], project_dir: Path, secret_keys: frozenset[str]) -> Optional[set[str]]:
     """The spec keys of the components `config` deploys (None: it does not validate)."""
-    try:
-        resource = load_settings(config, project_dir, secret_keys).resource
-    except BlueprintError:
-        return None
-    return {c.definition.key for c in deployed_components(resource.spec)}
+    resource = _resource(config, project_dir, secret_keys)
+    return None if resource is None else _keys(resource)
 
 
 def keeping_only(config: Mapping[str, Any], key: str, project_dir: Path, secret_keys: frozenset[str]) -> Optional[dict]:
     """The stack config that deploys spec.<key> of what `config` deploys and nothing else (None: it does not deploy
     that part, or does not validate)."""
-    if key not in (deployed_keys(config, project_dir, secret_keys) or ()):
+    resource = _resource(config, project_dir, secret_keys)
+    if resource is None or key not in _keys(resource):
         return None
-    document = load_settings(config, project_dir, secret_keys).resource.model_dump(mode="json", by_alias=True,
-                                                                                    exclude_none=True)
+    document = _document(resource)
     document["spec"] = {key: document["spec"][key]}
     return stack_config_for(document, config)
 

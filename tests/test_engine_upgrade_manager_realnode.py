@@ -98,6 +98,18 @@ def blueprint_file(real, exporter_version: str) -> str:
     return "gr.json"
 
 
+def put_exporter_upgrade(real) -> dict:
+    """gum's PUT of a blueprint that changes the exporter's version, run to its end: the finished operation."""
+    service = real["service"]
+    status, body = service.curl(f"/gum/v1/gr/{NAME}", data=json.dumps({"file": blueprint_file(real, EXPORTER_TAG)}),
+                                method="PUT")
+    assert status == 200 and body["result"] == "Success", body
+    done = service.wait_for(body["operationId"], timeout=1200)
+    keep_log(real)
+    assert done["phase"] == "succeeded", (done, service.tail())
+    return done
+
+
 def test_1_the_stack_deploys_the_service_on_its_node(gum):
     up_converged(gum["stack"])
     running = pod(gum["cluster"])
@@ -149,12 +161,7 @@ def test_3_the_service_does_not_replace_itself(gum):
 def test_4_an_upgrade_run_by_the_service_changes_only_the_exporter(gum):
     service, cluster = gum["service"], gum["cluster"]
     before = generations(cluster)
-    status, body = service.curl(f"/gum/v1/gr/{NAME}", data=json.dumps({"file": blueprint_file(gum, EXPORTER_TAG)}),
-                                method="PUT")
-    assert status == 200 and body["result"] == "Success", body
-    done = service.wait_for(body["operationId"], timeout=1200)
-    keep_log(gum)
-    assert done["phase"] == "succeeded", (done, service.tail())
+    done = put_exporter_upgrade(gum)
     assert not done["summary"].get("delete") and not done["summary"].get("create"), done["summary"]
     after = generations(cluster)
     changed = {name for name, generation in before.items() if after.get(name) != generation}
@@ -166,7 +173,7 @@ def test_4_an_upgrade_run_by_the_service_changes_only_the_exporter(gum):
     # One owner: the CLI on the node sees the stack the service changed, with the service's blueprint in its config.
     config = gum["stack"].get_all_config()
     assert json.loads(config["gcu-stack:spec"].value)["exporter"]["version"] == EXPORTER_TAG
-    records = [r for r in service.oplog_records() if r.get("operationId") == body["operationId"]]
+    records = [r for r in service.oplog_records() if r.get("operationId") == done["id"]]
     assert [r["event"] for r in records] == ["started", "finished"] and records[1]["result"] == "Success", records
     for file in service.blueprints.iterdir():  # the directory stays: the pod has it mounted
         file.unlink()
@@ -178,7 +185,6 @@ def test_5_the_cli_again_on_the_same_backend(gum):
     assert any(u.kind == "update" and u.result == "succeeded" for u in history)
     up_converged(gum["stack"], on_output=lambda _: None)
     assert gum["stack"].outputs()["phase"].value == "Running"
-
 
 
 def test_6_a_delete_through_the_node_port_keeps_the_service_and_a_put_reinstalls(gum):
@@ -193,11 +199,6 @@ def test_6_a_delete_through_the_node_port_keeps_the_service_and_a_put_reinstalls
     assert pod(cluster)["metadata"]["uid"] == running["metadata"]["uid"]
     status, body = service.curl(f"/gum/v1/gr/{NAME}")
     assert status == 404 and "holds only this service" in body["error"], body
-    status, body = service.curl(f"/gum/v1/gr/{NAME}", data=json.dumps({"file": blueprint_file(gum, EXPORTER_TAG)}),
-                                method="PUT")
-    assert status == 200 and body["result"] == "Success", body
-    done = service.wait_for(body["operationId"], timeout=1200)
-    keep_log(gum)
-    assert done["phase"] == "succeeded", (done, service.tail())
+    put_exporter_upgrade(gum)
     assert "DaemonSet/enflame-gcu-exporter" in generations(cluster)
     assert pod(cluster)["metadata"]["uid"] == running["metadata"]["uid"]
