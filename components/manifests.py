@@ -119,6 +119,8 @@ def _container(resolved: ResolvedContainer, additions: PodAdditions) -> dict:
         "resources": _resources(spec),
         "securityContext": _security_context(spec),
     }
+    if additions.env_from_secrets:
+        body["envFrom"] = [{"secretRef": {"name": name}} for name in additions.env_from_secrets]
     if spec.command:
         body["command"] = list(spec.command)
     if spec.args or additions.args:

@@ -152,6 +152,8 @@ class PodAdditions:
     # Only these nodes (by name); empty: every node the selector allows.
     node_names: tuple[str, ...] = ()
     secret_name: Optional[str] = None
+    # Secrets whose every key becomes an environment variable of each container (credentials an operator supplies).
+    env_from_secrets: tuple[str, ...] = ()
     claim_name: Optional[str] = None
     # Host directories that depend on stack settings (the toolkit's docker paths).
     mounts: tuple[HostMount, ...] = ()

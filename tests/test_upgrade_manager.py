@@ -56,6 +56,20 @@ def test_a_backend_url_and_another_node_port():
     assert {"name": "PULUMI_BACKEND_URL", "value": "s3://bucket/gcu"} in container["env"]
     service = normalise(run.one("Service", "gcu-upgrade-manager").inputs)
     assert service["spec"]["ports"][0]["nodePort"] == 31765
+    assert "envFrom" not in container
+
+
+def test_the_backend_urls_credentials_from_the_operators_secret():
+    run = declared(upgradeManagerBackendUrl="s3://bucket/gcu", upgradeManagerBackendSecret="gcu-backend")
+    (container,) = pod_spec(run.one("Deployment", "gcu-upgrade-manager"))["containers"]
+    # By reference only: the stack never holds the credentials.
+    assert container["envFrom"] == [{"secretRef": {"name": "gcu-backend"}}]
+    assert not [e for e in container["env"] if e["name"].startswith("AWS_")]
+
+
+def test_backend_credentials_without_a_backend_url_are_refused():
+    fails({"spec": {"upgradeManager": {"nodeSelector": NODE}}, "upgradeManagerBackendSecret": "gcu-backend"},
+          "gcu-stack:upgradeManagerBackendSecret: the credentials of a backend URL")
 
 
 def test_the_rules_grant_no_wildcard_and_cover_every_kind_a_full_stack_declares():

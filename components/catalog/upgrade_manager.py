@@ -4,8 +4,9 @@ gum ran on a node and read its blueprints from that node's /topsdata/dcp/gcu-upg
 node its nodeSelector names, answering on node port 32765 as gum did. Its image (images/upgrade-manager) holds the
 Pulumi CLI, its plugins and this program. The stacks it drives are the operator's: their Pulumi.<stack>.yaml and
 state sit in a directory on that node (`upgradeManagerStacksDir`, mounted at the same path, so the CLI run there and
-the service are one owner of one backend), or the backend is a URL both are given. The bearer token and the secrets
-passphrase come from a Secret the operator creates; the stack never holds them.
+the service are one owner of one backend), or the backend is a URL both are given, its credentials from a second
+Secret of the operator's. The bearer token and the secrets passphrase come from a Secret the operator creates; the
+stack never holds them.
 """
 
 from __future__ import annotations
@@ -85,6 +86,11 @@ class UpgradeManagerSettings(BaseModel):
     stacks_dir: str = Field(f"{GUM_DIR}/gcu-stack", alias="upgradeManagerStacksDir", pattern=r"^/")
     # The stacks' backend, when not the file backend in stacks_dir/.state/backend (the CLI is given the same URL).
     backend_url: Optional[str] = Field(None, alias="upgradeManagerBackendUrl")
+    # A Secret in the component's namespace, created by the operator, whose every key is an environment variable of
+    # the service: the backend URL's credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://,
+    # AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY for azblob://, PULUMI_ACCESS_TOKEN for Pulumi Cloud).
+    backend_secret: Optional[str] = Field(None, alias="upgradeManagerBackendSecret",
+                                          pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$")
 
 
 def backend_url(settings: UpgradeManagerSettings) -> str:
@@ -111,15 +117,21 @@ def extras(component: ResolvedComponent, context: BuildContext) -> Extras:
         # The service manages a GcuResource through the stack of its name: this one runs the service itself.
         args=(f"--config-dir={stacks}", f"--state-dir={stacks}/.state", f"--own-stack={context.instance}"),
         secret_name=settings.secret,
+        env_from_secrets=(settings.backend_secret,) if settings.backend_secret else (),
         mounts=mounts,
     ))
 
 
 def checks(component: ResolvedComponent, settings: UpgradeManagerSettings) -> list[str]:
+    problems = []
+    if settings.backend_secret and not settings.backend_url:
+        problems.append("gcu-stack:upgradeManagerBackendSecret: the credentials of a backend URL, but the stacks' "
+                        "backend is the file backend in upgradeManagerStacksDir; set gcu-stack:upgradeManagerBackendUrl "
+                        "to the URL they are for, or remove the setting")
     if not component.spec.node_selector:
-        return [f"spec.{UPGRADE_MANAGER.key}.nodeSelector: required: the service reads its blueprints and stacks from "
-                "directories of one node, as gum did; pin it there, e.g. {\"kubernetes.io/hostname\": \"<node>\"}"]
-    return []
+        problems.append(f"spec.{UPGRADE_MANAGER.key}.nodeSelector: required: the service reads its blueprints and stacks from "
+                "directories of one node, as gum did; pin it there, e.g. {\"kubernetes.io/hostname\": \"<node>\"}")
+    return problems
 
 
 def outputs(component: ResolvedComponent, settings: UpgradeManagerSettings) -> dict:
