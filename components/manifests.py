@@ -109,6 +109,7 @@ def _container(resolved: ResolvedContainer, additions: PodAdditions) -> dict:
         mounts.append({"name": "secret", "mountPath": spec.secret_mount, "readOnly": True})
     if spec.claim_mount:
         mounts.append({"name": "data", "mountPath": spec.claim_mount})
+    mounts.extend({"name": c.name, "mountPath": c.mount_path, "readOnly": False} for c in additions.claims)
     if spec.scratch_mount:
         mounts.append({"name": _scratch_volume(spec), "mountPath": spec.scratch_mount})
     body = {
@@ -153,6 +154,8 @@ def _volumes(component: ResolvedComponent, workload: ResolvedWorkload, additions
             volumes.setdefault("data", {"name": "data", "persistentVolumeClaim": {"claimName": additions.claim_name}})
         if spec.scratch_mount:
             volumes.setdefault(_scratch_volume(spec), {"name": _scratch_volume(spec), "emptyDir": {}})
+        for c in additions.claims:
+            volumes.setdefault(c.name, {"name": c.name, "persistentVolumeClaim": {"claimName": c.claim}})
     return list(volumes.values())
 
 

@@ -31,6 +31,15 @@ class HostMount:
 
 
 @dataclass(frozen=True)
+class ClaimMount:
+    """An operator's PersistentVolumeClaim (in the component's namespace) mounted read-write into a container."""
+
+    name: str
+    claim: str
+    mount_path: str
+
+
+@dataclass(frozen=True)
 class Resources:
     cpu_request: str = "10m"
     memory_request: str = "32Mi"
@@ -157,6 +166,8 @@ class PodAdditions:
     claim_name: Optional[str] = None
     # Host directories that depend on stack settings (the toolkit's docker paths).
     mounts: tuple[HostMount, ...] = ()
+    # Claims that depend on stack settings (the upgrade service's stacks directory on a PersistentVolume).
+    claims: tuple[ClaimMount, ...] = ()
 
 
 @dataclass

@@ -202,3 +202,41 @@ def test_6_a_delete_through_the_node_port_keeps_the_service_and_a_put_reinstalls
     put_exporter_upgrade(gum)
     assert "DaemonSet/enflame-gcu-exporter" in generations(cluster)
     assert pod(cluster)["metadata"]["uid"] == running["metadata"]["uid"]
+
+
+def local_volume(path: str, claim: str) -> str:
+    """A local PersistentVolume of `path` on the service's node and the operator's claim bound to it."""
+    volume = f"{claim}-{os.getpid()}"
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "local",
+                  "persistentVolumeReclaimPolicy": "Retain", "local": {"path": path},
+                  "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                      {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}}},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim, "namespace": "kube-system"},
+         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local", "volumeName": volume,
+                  "resources": {"requests": {"storage": "1Gi"}}}},
+    ]})
+
+
+def test_7_the_stacks_directory_on_a_persistent_volume(gum):
+    """`upgradeManagerStateClaim`: the operator's claim (a local PV of the CLI's project directory) in place of the
+    node's directory; the service reads the stack through it, at the path the CLI uses."""
+    service, cluster, stack = gum["service"], gum["cluster"], gum["stack"]
+    project = str(gum["root"] / "project")
+    cluster.kubectl("apply", "-f", "-", input=local_volume(project, "gcu-stack-state"))
+    stack.set_config("gcu-stack:upgradeManagerStateClaim", auto.ConfigValue("gcu-stack-state"))
+    up_converged(stack, on_output=lambda _: None)
+    running = pod(cluster)
+    volumes = {v["name"]: v for v in running["spec"]["volumes"]}
+    assert volumes["stacks"]["persistentVolumeClaim"] == {"claimName": "gcu-stack-state"}, volumes
+    claim = json.loads(cluster.kubectl("get", "pvc", "-n", "kube-system", "gcu-stack-state", "-o", "json").stdout)
+    assert claim["status"]["phase"] == "Bound", claim["status"]
+    status, got = service.curl(f"/gum/v1/gr/{NAME}")
+    keep_log(gum)
+    assert status == 200 and got["content"]["status"]["upgradeManager"]["stateClaim"] == "gcu-stack-state", (
+        got, service.tail())
+    # Back on the node's directory before the stack goes: the volume's pod leaves with its mount.
+    stack.remove_config("gcu-stack:upgradeManagerStateClaim")
+    up_converged(stack, on_output=lambda _: None)
+    wait_until(lambda: pod(cluster)["metadata"]["uid"] != running["metadata"]["uid"], 120, "the claim's pod gone")

@@ -67,6 +67,17 @@ def test_the_backend_urls_credentials_from_the_operators_secret():
     assert not [e for e in container["env"] if e["name"].startswith("AWS_")]
 
 
+def test_the_stacks_directory_on_the_operators_claim_at_the_same_path():
+    run = declared(upgradeManagerStacksDir="/srv/gcu-stack", upgradeManagerStateClaim="gcu-stack-state")
+    pod = pod_spec(run.one("Deployment", "gcu-upgrade-manager"))
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["stacks"] == {"name": "stacks", "persistentVolumeClaim": {"claimName": "gcu-stack-state"}}
+    (container,) = pod["containers"]
+    assert {"name": "stacks", "mountPath": "/srv/gcu-stack", "readOnly": False} in container["volumeMounts"]
+    assert {"name": "PULUMI_BACKEND_URL", "value": "file:///srv/gcu-stack/.state/backend"} in container["env"]
+    assert run.outputs["upgradeManager"]["stateClaim"] == "gcu-stack-state"
+
+
 def test_backend_credentials_without_a_backend_url_are_refused():
     fails({"spec": {"upgradeManager": {"nodeSelector": NODE}}, "upgradeManagerBackendSecret": "gcu-backend"},
           "gcu-stack:upgradeManagerBackendSecret: the credentials of a backend URL")

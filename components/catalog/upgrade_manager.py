@@ -4,7 +4,8 @@ gum ran on a node and read its blueprints from that node's /topsdata/dcp/gcu-upg
 node its nodeSelector names, answering on node port 32765 as gum did. Its image (images/upgrade-manager) holds the
 Pulumi CLI, its plugins and this program. The stacks it drives are the operator's: their Pulumi.<stack>.yaml and
 state sit in a directory on that node (`upgradeManagerStacksDir`, mounted at the same path, so the CLI run there and
-the service are one owner of one backend), or the backend is a URL both are given, its credentials from a second
+the service are one owner of one backend) or on a PersistentVolume the CLI sees at that path
+(`upgradeManagerStateClaim`), or the backend is a URL both are given, its credentials from a second
 Secret of the operator's. The bearer token and the secrets passphrase come from a Secret the operator creates; the
 stack never holds them.
 """
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..model import (
     BuildContext,
+    ClaimMount,
     ComponentDef,
     ContainerDef,
     Extras,
@@ -84,6 +86,11 @@ class UpgradeManagerSettings(BaseModel):
     data_dir: str = Field(GUM_DIR, alias="upgradeManagerDataDir", pattern=r"^/")
     # The operator's project directory on that node: Pulumi.<stack>.yaml and .state/ (the backend unless a URL).
     stacks_dir: str = Field(f"{GUM_DIR}/gcu-stack", alias="upgradeManagerStacksDir", pattern=r"^/")
+    # A PersistentVolumeClaim of the operator's in the component's namespace holding the stacks directory, mounted at
+    # stacks_dir in place of the node's directory: the CLI sees the same volume at the same path (a local PV of that
+    # path on the service's node, an NFS share mounted there) and stays one owner with the service.
+    state_claim: Optional[str] = Field(None, alias="upgradeManagerStateClaim",
+                                       pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$")
     # The stacks' backend, when not the file backend in stacks_dir/.state/backend (the CLI is given the same URL).
     backend_url: Optional[str] = Field(None, alias="upgradeManagerBackendUrl")
     # A Secret in the component's namespace, created by the operator, whose every key is an environment variable of
@@ -104,9 +111,11 @@ def extras(component: ResolvedComponent, context: BuildContext) -> Extras:
     mounts = (
         HostMount("blueprints", f"{data}/blueprints", f"{GUM_DIR}/blueprints", type="DirectoryOrCreate"),
         HostMount("op-log", f"{data}/op-log", f"{GUM_DIR}/op-log", read_only=False, type="DirectoryOrCreate"),
-        # At the same path as on the node: the backend's file URL and the stacks' recorded paths mean one place.
-        HostMount("stacks", stacks, stacks, read_only=False, type="DirectoryOrCreate"),
     )
+    # At the same path as the CLI sees it: the backend's file URL and the stacks' recorded paths mean one place.
+    claims = (ClaimMount("stacks", settings.state_claim, stacks),) if settings.state_claim else ()
+    if not claims:
+        mounts += (HostMount("stacks", stacks, stacks, read_only=False, type="DirectoryOrCreate"),)
     backend = backend_url(settings)
     if backend.startswith("file://") and not backend[len("file://"):].startswith(f"{stacks}/"):
         # A file backend elsewhere on the node (the CLI's own): at its path too.
@@ -119,6 +128,7 @@ def extras(component: ResolvedComponent, context: BuildContext) -> Extras:
         secret_name=settings.secret,
         env_from_secrets=(settings.backend_secret,) if settings.backend_secret else (),
         mounts=mounts,
+        claims=claims,
     ))
 
 
@@ -142,6 +152,7 @@ def outputs(component: ResolvedComponent, settings: UpgradeManagerSettings) -> d
         "nodeSelector": component.spec.node_selector,
         "backend": backend_url(settings),
         "blueprints": f"{settings.data_dir.rstrip('/')}/blueprints",
+        **({"stateClaim": settings.state_claim} if settings.state_claim else {}),
     }}
 
 
