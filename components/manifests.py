@@ -110,6 +110,7 @@ def _container(resolved: ResolvedContainer, additions: PodAdditions) -> dict:
     if spec.claim_mount:
         mounts.append({"name": "data", "mountPath": spec.claim_mount})
     mounts.extend({"name": c.name, "mountPath": c.mount_path, "readOnly": False} for c in additions.claims)
+    mounts.extend({"name": m.name, "mountPath": m.mount_path, "readOnly": True} for m in additions.secret_mounts)
     if spec.scratch_mount:
         mounts.append({"name": _scratch_volume(spec), "mountPath": spec.scratch_mount})
     body = {
@@ -128,8 +129,9 @@ def _container(resolved: ResolvedContainer, additions: PodAdditions) -> dict:
         body["args"] = [*spec.args, *additions.args]
     if spec.ports:
         body["ports"] = [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in spec.ports]
-    if spec.readiness:
-        body["readinessProbe"] = dict(spec.readiness)
+    readiness = additions.readiness or spec.readiness
+    if readiness:
+        body["readinessProbe"] = dict(readiness)
     if mounts:
         body["volumeMounts"] = mounts
     if any(m["mountPath"] == "/dev" for m in mounts):
@@ -156,6 +158,8 @@ def _volumes(component: ResolvedComponent, workload: ResolvedWorkload, additions
             volumes.setdefault(_scratch_volume(spec), {"name": _scratch_volume(spec), "emptyDir": {}})
         for c in additions.claims:
             volumes.setdefault(c.name, {"name": c.name, "persistentVolumeClaim": {"claimName": c.claim}})
+        for m in additions.secret_mounts:
+            volumes.setdefault(m.name, {"name": m.name, "secret": {"secretName": m.secret, "defaultMode": 0o400}})
     return list(volumes.values())
 
 

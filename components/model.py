@@ -40,6 +40,15 @@ class ClaimMount:
 
 
 @dataclass(frozen=True)
+class SecretMount:
+    """An operator's Secret (in the component's namespace) mounted read-only as files, one per key."""
+
+    name: str
+    secret: str
+    mount_path: str
+
+
+@dataclass(frozen=True)
 class Resources:
     cpu_request: str = "10m"
     memory_request: str = "32Mi"
@@ -168,6 +177,10 @@ class PodAdditions:
     mounts: tuple[HostMount, ...] = ()
     # Claims that depend on stack settings (the upgrade service's stacks directory on a PersistentVolume).
     claims: tuple[ClaimMount, ...] = ()
+    # Secrets besides the component's own that depend on stack settings (the upgrade service's TLS certificate).
+    secret_mounts: tuple[SecretMount, ...] = ()
+    # The readiness probe, when stack settings change it (the upgrade service over HTTPS); None: the container's.
+    readiness: Optional[dict] = None
 
 
 @dataclass

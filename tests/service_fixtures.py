@@ -72,6 +72,16 @@ class Service:
             time.sleep(1)
 
 
+def self_signed_certificate(directory: Path, ip: str) -> tuple[Path, Path]:
+    """(certificate, key) for https://<ip>, made by openssl; the certificate is its own CA (curl --cacert)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key),
+                    "-out", str(cert), "-subj", "/CN=gcu-upgrade-manager", "-addext", f"subjectAltName=IP:{ip}"],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
 def new_stack(root: Path, name: str = "enflame-gcu-resource") -> tuple[auto.Stack, dict]:
     """A stack `name` of a fresh project copy in root/project, on the seed blueprint, in a file backend under `root`
     (no cluster: it is never deployed); the stack and the environment its Pulumi CLI needs."""

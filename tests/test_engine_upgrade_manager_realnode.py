@@ -11,15 +11,17 @@ devtools/standin_node.py. Extended leg: the image and a `pulumi up` inside a pod
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import secrets
+import subprocess
 
 import pytest
 from engine import real_node_stack, up_converged
 from pulumi import automation as auto
 from realnode_fixtures import wait_until
-from service_fixtures import Service
+from service_fixtures import Service, self_signed_certificate
 
 from devtools import standin_node
 
@@ -240,3 +242,23 @@ def test_7_the_stacks_directory_on_a_persistent_volume(gum):
     stack.remove_config("gcu-stack:upgradeManagerStateClaim")
     up_converged(stack, on_output=lambda _: None)
     wait_until(lambda: pod(cluster)["metadata"]["uid"] != running["metadata"]["uid"], 120, "the claim's pod gone")
+
+
+def test_8_https_through_the_node_port_with_the_operators_certificate(gum):
+    """`upgradeManagerTlsSecret`: gum's calls over HTTPS through NodePort 32765 with the operator's certificate (its
+    kubelet probes it over HTTPS too); plain HTTP gets no answer there."""
+    service, cluster, stack, node = gum["service"], gum["cluster"], gum["stack"], gum["node"]
+    cert, key = self_signed_certificate(gum["root"] / "tls", node.node_ip)
+    cluster.kubectl("create", "secret", "tls", "-n", "kube-system", "gcu-upgrade-manager-tls", f"--cert={cert}",
+                    f"--key={key}")
+    stack.set_config("gcu-stack:upgradeManagerTlsSecret", auto.ConfigValue("gcu-upgrade-manager-tls"))
+    up_converged(stack, on_output=lambda _: None)
+    secure = dataclasses.replace(service, url=f"https://{node.node_ip}:32765")
+    status, listed = secure.curl("/gum/v1/gr", "--cacert", str(cert))
+    keep_log(gum)
+    assert status == 200 and [i["metadata"]["name"] for i in listed["content"]["items"]] == [NAME], (
+        listed, service.tail())
+    assert secure.curl("/gum/v1/gr", "--cacert", str(cert), token=None)[0] == 401
+    plain = subprocess.run(["curl", "-sS", "--max-time", "20", f"{service.url}/gum/v1/gr"], capture_output=True,
+                           text=True, timeout=60)
+    assert plain.returncode != 0 and '"result"' not in plain.stdout, plain

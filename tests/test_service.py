@@ -4,6 +4,7 @@ each bad request gets gum's envelope, a 4xx status and a message naming what was
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -13,7 +14,7 @@ import sys
 import pytest
 from pulumi import automation as auto
 from realservers import PROJECT_DIR
-from service_fixtures import TOKEN, new_stack, running_service
+from service_fixtures import TOKEN, new_stack, running_service, self_signed_certificate
 
 from service import blueprints
 from service.app import disturbs_the_service
@@ -67,6 +68,21 @@ def test_a_service_that_would_be_open_or_broken_does_not_start(args, words, tmp_
     assert done.returncode == 2, done
     for word in words:
         assert word in done.stderr, done.stderr
+
+
+def test_tls_when_given_a_certificate(stack_env, tmp_path):
+    """HTTPS with the operator's certificate, and nothing in plain HTTP on that port."""
+    root, _, env = stack_env
+    cert, key = self_signed_certificate(tmp_path / "tls", "127.0.0.1")
+    with running_service(tmp_path / "svc", root / "project", env, "--tls-cert", str(cert),
+                         "--tls-key", str(key)) as service:
+        secure = dataclasses.replace(service, url=service.url.replace("http://", "https://"))
+        status, listed = secure.curl("/gum/v1/gr", "--cacert", str(cert))
+        assert status == 200 and listed["operation"] == "List" and listed["result"] == "Success", listed
+        assert secure.curl("/gum/v1/gr", "--cacert", str(cert), token=None)[0] == 401
+        plain = subprocess.run(["curl", "-sS", "--max-time", "20", service.url + "/gum/v1/gr"], capture_output=True,
+                               text=True, timeout=60)
+        assert plain.returncode != 0 and '"result"' not in plain.stdout, plain
 
 
 def test_requests_need_the_token(served):

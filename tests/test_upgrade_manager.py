@@ -78,6 +78,20 @@ def test_the_stacks_directory_on_the_operators_claim_at_the_same_path():
     assert run.outputs["upgradeManager"]["stateClaim"] == "gcu-stack-state"
 
 
+def test_https_with_the_operators_certificate():
+    run = declared(upgradeManagerTlsSecret="gcu-upgrade-manager-tls")
+    pod = pod_spec(run.one("Deployment", "gcu-upgrade-manager"))
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["tls"]["secret"] == {"secretName": "gcu-upgrade-manager-tls", "defaultMode": 0o400}
+    (container,) = pod["containers"]
+    assert {"name": "tls", "mountPath": "/etc/gcu-upgrade-manager-tls", "readOnly": True} in container["volumeMounts"]
+    assert container["args"][-2:] == ["--tls-cert=/etc/gcu-upgrade-manager-tls/tls.crt",
+                                      "--tls-key=/etc/gcu-upgrade-manager-tls/tls.key"]
+    # The kubelet probes it over HTTPS (without checking the certificate, as kubelets do).
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": 32765, "scheme": "HTTPS"}
+    assert run.outputs["upgradeManager"]["tlsSecret"] == "gcu-upgrade-manager-tls"
+
+
 def test_backend_credentials_without_a_backend_url_are_refused():
     fails({"spec": {"upgradeManager": {"nodeSelector": NODE}}, "upgradeManagerBackendSecret": "gcu-backend"},
           "gcu-stack:upgradeManagerBackendSecret: the credentials of a backend URL")

@@ -29,6 +29,7 @@ from ..model import (
     RbacDef,
     ResolvedComponent,
     Resources,
+    SecretMount,
     ServiceDef,
     WorkloadDef,
 )
@@ -38,9 +39,12 @@ PORT = 32765  # gum's, inside the pod as on the node
 NODE_PORT = NodePort(32765, setting="upgradeManagerNodePort")
 GUM_DIR = "/topsdata/dcp/gcu-upgrade-manager"  # gum's blueprints/ and op-log/ on its node
 SECRET_MOUNT = "/etc/gcu-upgrade-manager"
+TLS_MOUNT = "/etc/gcu-upgrade-manager-tls"  # beside the token's mount: a Secret's volume holds no other mount point
 TOKEN_KEY = "token"
 PASSPHRASE_KEY = "passphrase"
 ENTRYPOINT = "/usr/local/bin/gcu-upgrade-manager"
+
+READINESS = http_ready("/healthz", PORT)
 
 ALL = ["get", "list", "watch", "create", "update", "patch", "delete"]
 READ = ["get", "list", "watch"]
@@ -91,6 +95,8 @@ class UpgradeManagerSettings(BaseModel):
     # path on the service's node, an NFS share mounted there) and stays one owner with the service.
     state_claim: Optional[str] = Field(None, alias="upgradeManagerStateClaim",
                                        pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$")
+    # A kubernetes.io/tls Secret of the operator's (tls.crt, tls.key): the service answers HTTPS only.
+    tls_secret: Optional[str] = Field(None, alias="upgradeManagerTlsSecret", pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$")
     # The stacks' backend, when not the file backend in stacks_dir/.state/backend (the CLI is given the same URL).
     backend_url: Optional[str] = Field(None, alias="upgradeManagerBackendUrl")
     # A Secret in the component's namespace, created by the operator, whose every key is an environment variable of
@@ -121,14 +127,21 @@ def extras(component: ResolvedComponent, context: BuildContext) -> Extras:
         # A file backend elsewhere on the node (the CLI's own): at its path too.
         path = backend[len("file://"):].rstrip("/")
         mounts += (HostMount("backend", path, path, read_only=False, type="DirectoryOrCreate"),)
+    tls: tuple[str, ...] = ()
+    readiness = None
+    if settings.tls_secret:
+        tls = (f"--tls-cert={TLS_MOUNT}/tls.crt", f"--tls-key={TLS_MOUNT}/tls.key")
+        readiness = {**READINESS, "httpGet": {**READINESS["httpGet"], "scheme": "HTTPS"}}
     return Extras(pod=PodAdditions(
         env={"PULUMI_BACKEND_URL": backend},
         # The service manages a GcuResource through the stack of its name: this one runs the service itself.
-        args=(f"--config-dir={stacks}", f"--state-dir={stacks}/.state", f"--own-stack={context.instance}"),
+        args=(f"--config-dir={stacks}", f"--state-dir={stacks}/.state", f"--own-stack={context.instance}", *tls),
         secret_name=settings.secret,
         env_from_secrets=(settings.backend_secret,) if settings.backend_secret else (),
         mounts=mounts,
         claims=claims,
+        secret_mounts=(SecretMount("tls", settings.tls_secret, TLS_MOUNT),) if settings.tls_secret else (),
+        readiness=readiness,
     ))
 
 
@@ -153,6 +166,7 @@ def outputs(component: ResolvedComponent, settings: UpgradeManagerSettings) -> d
         "backend": backend_url(settings),
         "blueprints": f"{settings.data_dir.rstrip('/')}/blueprints",
         **({"stateClaim": settings.state_claim} if settings.state_claim else {}),
+        **({"tlsSecret": settings.tls_secret} if settings.tls_secret else {}),
     }}
 
 
@@ -172,7 +186,7 @@ UPGRADE_MANAGER = ComponentDef(
                     args=(f"--listen=0.0.0.0:{PORT}", f"--token-file={SECRET_MOUNT}/{TOKEN_KEY}",
                           f"--blueprints={GUM_DIR}/blueprints", f"--oplog={GUM_DIR}/op-log"),
                     ports=(("http", PORT),),
-                    readiness=http_ready("/healthz", PORT),
+                    readiness=READINESS,
                     secret_env=(("PULUMI_CONFIG_PASSPHRASE", PASSPHRASE_KEY),),
                     secret_mount=SECRET_MOUNT,
                     # A pulumi up: the CLI, the Python program, the Kubernetes provider.
