@@ -98,9 +98,10 @@ def new_stack(root: Path, name: str = "enflame-gcu-resource") -> tuple[auto.Stac
 
 
 @contextmanager
-def running_service(root: Path, project_dir: Path, env: dict, *extra: str) -> Iterator[Service]:
+def running_service(root: Path, project_dir: Path, env: dict, *extra: str, own_group: bool = False) -> Iterator[Service]:
     """The service on a free loopback port for the stacks of `project_dir` (`env`: its Pulumi CLI, backend and
-    passphrase), with a token file, a blueprints directory and an operations log under `root`; stopped at the end."""
+    passphrase), with a token file, a blueprints directory and an operations log under `root`; stopped at the end.
+    `own_group`: it leads a process group of its own, which a test may kill whole, as a pod's restart does."""
     root.mkdir(parents=True, exist_ok=True)
     token_file = root / "token"
     token_file.write_text(TOKEN + "\n")
@@ -113,7 +114,8 @@ def running_service(root: Path, project_dir: Path, env: dict, *extra: str) -> It
                "--blueprints", str(blueprints), "--oplog", str(oplog), "--project-dir", str(project_dir),
                "--state-dir", str(root / "state"), *extra]
     with open(log, "wb") as out:
-        process = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=own_group)
     service = Service(f"http://127.0.0.1:{port}", TOKEN, log, process, oplog, blueprints)
     try:
         deadline = time.monotonic() + 60

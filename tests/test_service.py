@@ -8,6 +8,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -222,3 +223,28 @@ def test_driver_metrics_count_the_reports_of_the_rollouts_an_operation_ran_pools
     sample = {(s.name, tuple(sorted(s.labels.items()))): s.value for m in metrics.registry.collect() for s in m.samples}
     assert sample[("gcu_stack_service_driver_node_upgrade_seconds_count", (("result", "upgraded"),))] == 2
     assert sample[("gcu_stack_service_driver_evictions_total", ())] == 1
+
+
+def test_a_restart_reports_the_operation_it_cut_short_and_takes_the_next(tmp_path):
+    """The service killed in the middle of a PUT, its whole process tree at once (a pod's restart): on its next start
+    the operation is reported failed, saying why, not lost; the next PUT is taken (the dead run's locks cleared), not
+    refused as if the dead run still held the stack."""
+    _, env = new_stack(tmp_path, NAME)
+    env = {**os.environ, **env}
+    project = tmp_path / "project"
+    with running_service(tmp_path / "svc", project, env, own_group=True) as service:
+        write_blueprint(service, "gr.json")
+        status, body = service.curl(f"/gum/v1/gr/{NAME}", data='{"file": "gr.json"}', method="PUT")
+        assert status == 200 and body["result"] == "Success", body
+        assert service.curl(f"/gum/v1/operations/{body['operationId']}")[1]["content"]["phase"] == "running"
+        os.killpg(service.process.pid, signal.SIGKILL)
+        service.process.wait(30)
+    with running_service(tmp_path / "svc", project, env) as again:
+        status, cut = again.curl(f"/gum/v1/operations/{body['operationId']}")
+        assert status == 200 and cut["content"]["phase"] == "failed", cut
+        assert "the service stopped while this Upgrade ran" in cut["content"]["error"], cut
+        status, taken = again.curl(f"/gum/v1/gr/{NAME}", data='{"file": "gr.json"}', method="PUT")
+        assert status == 200 and taken["result"] == "Success", (taken, again.tail())
+        done = again.wait_for(taken["operationId"], timeout=300)
+        assert "the service stopped" not in (done.get("error") or ""), done
+        assert "lock" not in (done.get("error") or "").lower(), done
