@@ -70,7 +70,7 @@ class S3Server:
 
     def tail(self, lines: int = 40) -> str:
         try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+            return "--- S3 server:\n" + "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError as error:
             return f"(no moto log: {error})"
 

@@ -10,7 +10,6 @@ devtools/standin_node.py. Extended leg: the image and a `pulumi up` inside a pod
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import os
@@ -19,6 +18,17 @@ import subprocess
 
 import pytest
 from engine import real_node_stack, up_converged
+from gum_realnode import (
+    EXPORTER_TAG,
+    PASSPHRASE,
+    blueprint_file,
+    keep_log,
+    pod,
+    put_exporter_upgrade,
+    secret_manifest,
+    write_policy,
+)
+from gum_realnode import GCU_RESOURCE as NAME
 from pulumi import automation as auto
 from realnode_fixtures import wait_until
 from service_fixtures import Service, self_signed_certificate
@@ -27,19 +37,10 @@ from devtools import standin_node
 
 pytestmark = [pytest.mark.extended, pytest.mark.timeout(3600)]
 
-NAME = "enflame-gcu-resource"   # gum's examples' GcuResource
 NODE = f"gum-{os.getpid()}"
 LABELS = {"enflame.com/gcu.driver.present": "true"}
 TOKEN = secrets.token_hex(24)
-PASSPHRASE = "e2e-passphrase"   # the test stacks' (tests/engine.py pulumi_env)
-EXPORTER_TAG = "e2e-2"          # the stand-in exporter image under a second tag: an "upgrade" the node can run
 PART_OF = "app.kubernetes.io/part-of=gcu-stack"
-
-
-def secret_manifest() -> dict:
-    data = {"token": TOKEN, "passphrase": PASSPHRASE}
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "gcu-upgrade-manager", "namespace": "kube-system"},
-            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
 
 
 @pytest.fixture(scope="module")
@@ -57,59 +58,17 @@ def gum(tmp_path_factory):
         stack.set_all_config({f"gcu-stack:{key}": auto.ConfigValue(value) for key, value in {
             "upgradeManagerStacksDir": str(project), "upgradeManagerBackendUrl": env["PULUMI_BACKEND_URL"],
             "upgradeManagerDataDir": str(data)}.items()})
-        cluster.kubectl("apply", "-f", "-", input=json.dumps(secret_manifest()))
-        # The pack's settings for the service's previews and ups, where it keeps them (its state directory), as
-        # scripts/gcu-stack keeps the CLI's: the stand-ins' repository, and the service's directories on its node.
-        policy = standin_node.policy_config()
-        policy["host-paths-allowed"] = {"allowedHostPaths": {"upgradeManager": [str(project), str(root / "backend"),
-                                                                                str(data)]}}
-        (project / ".state").mkdir(exist_ok=True)
-        (project / ".state" / f"policy-{NAME}.json").write_text(json.dumps(policy))
+        cluster.kubectl("apply", "-f", "-", input=secret_manifest("gcu-upgrade-manager",
+                                                                  {"token": TOKEN, "passphrase": PASSPHRASE}))
+        write_policy(project, [str(project), str(root / "backend"), str(data)])
         service = Service(url=f"http://{node.node_ip}:32765", token=TOKEN, log=root / "pod.log", process=None,
                           oplog=data / "op-log", blueprints=data / "blueprints")
         yield {"cluster": cluster, "node": node, "stack": stack, "service": service, "root": root}
 
 
-def pod(cluster) -> dict:
-    found = json.loads(cluster.kubectl("get", "pods", "-n", "kube-system", "-l",
-                                       "app.kubernetes.io/component=upgradeManager", "-o", "json").stdout)["items"]
-    assert len(found) == 1, [p["metadata"]["name"] for p in found]
-    return found[0]
-
-
-def keep_log(real) -> None:
-    """The service pod's log, where Service.tail() reads it for failure messages."""
-    try:
-        text = real["node"].pod_log("kube-system", pod(real["cluster"])["metadata"]["name"])
-    except Exception as error:  # noqa: BLE001 - a diagnosis aid only
-        text = f"(no log: {error})"
-    real["service"].log.write_text(text)
-
-
 def generations(cluster) -> dict[str, int]:
     listed = json.loads(cluster.kubectl("get", "daemonsets,deployments", "-A", "-l", PART_OF, "-o", "json").stdout)
     return {f"{d['kind']}/{d['metadata']['name']}": d["metadata"]["generation"] for d in listed["items"]}
-
-
-def blueprint_file(real, exporter_version: str) -> str:
-    spec = standin_node.blueprint(upgrade_manager_node=NODE)["spec"]
-    spec["exporter"]["version"] = exporter_version
-    document = {"apiVersion": "topsops.enflame.com/v1", "kind": "GcuResource", "metadata": {"name": NAME}, "spec": spec}
-    real["service"].blueprints.mkdir(parents=True, exist_ok=True)
-    (real["service"].blueprints / "gr.json").write_text(json.dumps(document, indent=2))
-    return "gr.json"
-
-
-def put_exporter_upgrade(real) -> dict:
-    """gum's PUT of a blueprint that changes the exporter's version, run to its end: the finished operation."""
-    service = real["service"]
-    status, body = service.curl(f"/gum/v1/gr/{NAME}", data=json.dumps({"file": blueprint_file(real, EXPORTER_TAG)}),
-                                method="PUT")
-    assert status == 200 and body["result"] == "Success", body
-    done = service.wait_for(body["operationId"], timeout=1200)
-    keep_log(real)
-    assert done["phase"] == "succeeded", (done, service.tail())
-    return done
 
 
 def test_1_the_stack_deploys_the_service_on_its_node(gum):
@@ -137,7 +96,7 @@ def test_2_gums_calls_through_the_node_port(gum):
 
 def test_3_a_preview_run_by_the_service_in_its_pod(gum):
     service = gum["service"]
-    file = blueprint_file(gum, EXPORTER_TAG)
+    file = blueprint_file(gum, NODE, EXPORTER_TAG)
     status, body = service.curl(f"/gum/v1/gr/{NAME}/preview", data=json.dumps({"file": file}), method="POST")
     keep_log(gum)
     assert status == 200 and body["result"] == "Success", (body, service.tail())
@@ -151,7 +110,7 @@ def test_3_the_service_does_not_replace_itself(gum):
     operation; that is refused and nothing changes."""
     service, cluster = gum["service"], gum["cluster"]
     before = generations(cluster)
-    blueprint_file(gum, EXPORTER_TAG)
+    blueprint_file(gum, NODE, EXPORTER_TAG)
     document = json.loads((service.blueprints / "gr.json").read_text())
     document["spec"]["upgradeManager"]["nodeSelector"]["gcu-stack.test/moved"] = "yes"
     (service.blueprints / "self.json").write_text(json.dumps(document))
@@ -163,7 +122,7 @@ def test_3_the_service_does_not_replace_itself(gum):
 def test_4_an_upgrade_run_by_the_service_changes_only_the_exporter(gum):
     service, cluster = gum["service"], gum["cluster"]
     before = generations(cluster)
-    done = put_exporter_upgrade(gum)
+    done = put_exporter_upgrade(gum, NODE)
     assert not done["summary"].get("delete") and not done["summary"].get("create"), done["summary"]
     after = generations(cluster)
     changed = {name for name, generation in before.items() if after.get(name) != generation}
@@ -201,7 +160,7 @@ def test_6_a_delete_through_the_node_port_keeps_the_service_and_a_put_reinstalls
     assert pod(cluster)["metadata"]["uid"] == running["metadata"]["uid"]
     status, body = service.curl(f"/gum/v1/gr/{NAME}")
     assert status == 404 and "holds only this service" in body["error"], body
-    put_exporter_upgrade(gum)
+    put_exporter_upgrade(gum, NODE)
     assert "DaemonSet/enflame-gcu-exporter" in generations(cluster)
     assert pod(cluster)["metadata"]["uid"] == running["metadata"]["uid"]
 

@@ -9,13 +9,14 @@ stand-ins of devtools/standin_node.py. Extended leg: the image and a `pulumi up`
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import secrets
 
 import pytest
 from engine import real_node_stack, up_converged
+from gum_realnode import EXPORTER_TAG, PASSPHRASE, keep_log, put_exporter_upgrade, secret_manifest, write_policy
+from gum_realnode import GCU_RESOURCE as NAME
 from pulumi import automation as auto
 from s3_fixtures import s3_server
 from service_fixtures import Service
@@ -24,18 +25,10 @@ from devtools import standin_node
 
 pytestmark = [pytest.mark.extended, pytest.mark.timeout(3600)]
 
-NAME = "enflame-gcu-resource"
 NODE = f"gum-s3-{os.getpid()}"
 LABELS = {"enflame.com/gcu.driver.present": "true"}
 TOKEN = secrets.token_hex(24)
-PASSPHRASE = "e2e-passphrase"   # the test stacks' (tests/engine.py pulumi_env)
-EXPORTER_TAG = "e2e-2"
 BACKEND_SECRET = "gcu-stack-backend"
-
-
-def secret(name: str, data: dict[str, str]) -> str:
-    return json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "kube-system"},
-                       "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}})
 
 
 @pytest.fixture(scope="module")
@@ -57,28 +50,13 @@ def gum(tmp_path_factory):
         stack.set_all_config({f"gcu-stack:{key}": auto.ConfigValue(value) for key, value in {
             "upgradeManagerStacksDir": str(project), "upgradeManagerBackendUrl": url,
             "upgradeManagerBackendSecret": BACKEND_SECRET, "upgradeManagerDataDir": str(data)}.items()})
-        cluster.kubectl("apply", "-f", "-", input=secret("gcu-upgrade-manager",
-                                                         {"token": TOKEN, "passphrase": PASSPHRASE}))
-        cluster.kubectl("apply", "-f", "-", input=secret(BACKEND_SECRET, s3.credentials()))
-        policy = standin_node.policy_config()
-        policy["host-paths-allowed"] = {"allowedHostPaths": {"upgradeManager": [str(project), str(data)]}}
-        (project / ".state").mkdir(exist_ok=True)
-        (project / ".state" / f"policy-{NAME}.json").write_text(json.dumps(policy))
+        cluster.kubectl("apply", "-f", "-", input=secret_manifest("gcu-upgrade-manager",
+                                                                  {"token": TOKEN, "passphrase": PASSPHRASE}))
+        cluster.kubectl("apply", "-f", "-", input=secret_manifest(BACKEND_SECRET, s3.credentials()))
+        write_policy(project, [str(project), str(data)])
         service = Service(url=f"http://{node.node_ip}:32765", token=TOKEN, log=root / "pod.log", process=None,
                           oplog=data / "op-log", blueprints=data / "blueprints")
         yield {"cluster": cluster, "node": node, "stack": stack, "service": service, "s3": s3}
-
-
-def keep_log(real) -> None:
-    """The service pod's log (and the S3 server's), where Service.tail() reads them for failure messages."""
-    cluster = real["cluster"]
-    try:
-        (found,) = json.loads(cluster.kubectl("get", "pods", "-n", "kube-system", "-l",
-                                              "app.kubernetes.io/component=upgradeManager", "-o", "json").stdout)["items"]
-        text = real["node"].pod_log("kube-system", found["metadata"]["name"])
-    except Exception as error:  # noqa: BLE001 - a diagnosis aid only
-        text = f"(no log: {error})"
-    real["service"].log.write_text(f"{text}\n--- S3 server:\n{real['s3'].tail()}")
 
 
 def test_1_the_cli_deploys_the_service_with_the_state_in_the_bucket(gum):
@@ -97,7 +75,7 @@ def test_1_the_cli_deploys_the_service_with_the_state_in_the_bucket(gum):
 def test_2_gums_calls_read_the_bucket_with_the_secrets_credentials(gum):
     service = gum["service"]
     status, listed = service.curl("/gum/v1/gr")
-    keep_log(gum)
+    keep_log(gum, gum["s3"].tail)
     assert status == 200 and listed["result"] == "Success", (listed, service.tail())
     assert [item["metadata"]["name"] for item in listed["content"]["items"]] == [NAME], (listed, service.tail())
     status, got = service.curl(f"/gum/v1/gr/{NAME}")
@@ -107,16 +85,7 @@ def test_2_gums_calls_read_the_bucket_with_the_secrets_credentials(gum):
 
 def test_3_an_upgrade_by_the_service_is_the_clis_stack_too(gum):
     service, stack = gum["service"], gum["stack"]
-    spec = standin_node.blueprint(upgrade_manager_node=NODE)["spec"]
-    spec["exporter"]["version"] = EXPORTER_TAG
-    service.blueprints.mkdir(parents=True, exist_ok=True)
-    (service.blueprints / "gr.json").write_text(json.dumps({
-        "apiVersion": "topsops.enflame.com/v1", "kind": "GcuResource", "metadata": {"name": NAME}, "spec": spec}))
-    status, body = service.curl(f"/gum/v1/gr/{NAME}", data='{"file": "gr.json"}', method="PUT")
-    assert status == 200 and body["result"] == "Success", body
-    done = service.wait_for(body["operationId"], timeout=1200)
-    keep_log(gum)
-    assert done["phase"] == "succeeded", (done, service.tail())
+    put_exporter_upgrade(gum, NODE, gum["s3"].tail)
     # The CLI, on the same URL, reads the service's update and its blueprint, and converges on them.
     assert stack.history(page_size=1, page=1)[0].result == "succeeded"
     assert json.loads(stack.get_all_config()["gcu-stack:spec"].value)["exporter"]["version"] == EXPORTER_TAG

@@ -152,8 +152,9 @@ def checks(component: ResolvedComponent, settings: UpgradeManagerSettings) -> li
                         "backend is the file backend in upgradeManagerStacksDir; set gcu-stack:upgradeManagerBackendUrl "
                         "to the URL they are for, or remove the setting")
     if not component.spec.node_selector:
-        problems.append(f"spec.{UPGRADE_MANAGER.key}.nodeSelector: required: the service reads its blueprints and stacks from "
-                "directories of one node, as gum did; pin it there, e.g. {\"kubernetes.io/hostname\": \"<node>\"}")
+        problems.append(f"spec.{UPGRADE_MANAGER.key}.nodeSelector: required: the service reads its blueprints and "
+                        "stacks from directories of one node, as gum did; pin it there, e.g. "
+                        "{\"kubernetes.io/hostname\": \"<node>\"}")
     return problems
 
 
